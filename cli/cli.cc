@@ -1,0 +1,363 @@
+#include "cli/cli.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include "saga/engine.h"
+#include "saga/spec.h"
+#include "saga/states.h"
+#include "storage/store.h"
+
+#include "common/failpoint.h"
+
+namespace idem::cli {
+namespace {
+
+Result<std::string> ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Status::InvalidArgument(path + ": cannot open file");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+int ExitFor(const Status& s) {
+  switch (s.code()) {
+    case Code::kOk:
+      return kExitOk;
+    case Code::kInvalidArgument:
+      return kExitUsage;
+    case Code::kConflict:
+      return kExitConflict;
+    case Code::kNotFound:
+      return kExitNotFound;
+    default:
+      return kExitInternal;
+  }
+}
+
+int Fail(const Status& s) {
+  std::cerr << "error: " << s.message() << "\n";
+  return ExitFor(s);
+}
+
+int ExitForSagaState(const std::string& state) {
+  auto s = ParseSagaState(state);
+  if (!s) return kExitInternal;
+  switch (*s) {
+    case SagaState::kSucceeded:
+      return kExitOk;
+    case SagaState::kCompensated:
+    case SagaState::kFailed:
+    case SagaState::kCancelled:
+      return kExitRolledBack;
+    case SagaState::kNeedsAttention:
+      return kExitNeedsAttention;
+    default:
+      return kExitOk;  // pending, running, waiting: not an error
+  }
+}
+
+std::string Clip(const std::string& s, size_t n) {
+  return s.size() <= n ? s : s.substr(0, n - 3) + "...";
+}
+
+std::string Pad(const std::string& s, size_t n) {
+  return s.size() >= n ? s + " " : s + std::string(n - s.size(), ' ');
+}
+
+// One line of the live timeline.
+void PrintTimelineLine(const storage::JournalEntry& e) {
+  std::string time = FormatTimeMs(e.at_ms).substr(11, 12);
+  std::string detail;
+  const Json& d = e.data;
+  auto add = [&](const std::string& text) { detail += (detail.empty() ? "" : "  ") + text; };
+  if (d.is_object()) {
+    if (d.contains("attempt")) add("attempt " + d["attempt"].dump());
+    if (d.contains("tool")) add(d["tool"].get<std::string>());
+    if (d.contains("retry_after_ms")) add("after " + d["retry_after_ms"].dump() + " ms");
+    if (d.contains("external_ref")) add("ref " + d["external_ref"].get<std::string>());
+    if (d.contains("resolved_by")) add("resolved by " + d["resolved_by"].get<std::string>());
+    if (d.contains("error")) add(d["error"].get<std::string>());
+    if (d.contains("reason") && d["reason"].is_string()) add(d["reason"].get<std::string>());
+    if (d.contains("intent_key")) add("intent " + d["intent_key"].get<std::string>());
+  }
+  std::string who = e.step_id.empty() ? "(saga)" : e.step_id;
+  std::printf("  %s  %s%s%s\n", time.c_str(), Pad(who, 18).c_str(), Pad(e.event, 24).c_str(),
+              Clip(detail, 120).c_str());
+  std::fflush(stdout);
+}
+
+Json SagaToJson(const storage::SagaRecord& rec, const std::vector<storage::EffectRecord>& effects,
+                const std::vector<storage::JournalEntry>* journal) {
+  Json steps = Json::array();
+  for (const auto& st : rec.steps) {
+    steps.push_back({{"index", st.index},
+                     {"id", st.step_id},
+                     {"tool", st.tool},
+                     {"state", st.state},
+                     {"attempts", st.attempt},
+                     {"key", st.step_key},
+                     {"args", st.args},
+                     {"result", st.result},
+                     {"external_ref", st.external_ref},
+                     {"error", st.error},
+                     {"compensation_attempts", st.comp_attempt},
+                     {"compensation_result", st.comp_result}});
+  }
+  Json effs = Json::array();
+  for (const auto& e : effects) {
+    effs.push_back({{"step", e.step_id},
+                    {"kind", e.kind},
+                    {"tool", e.tool},
+                    {"key", e.idempotency_key},
+                    {"external_ref", e.external_ref},
+                    {"at", FormatTimeMs(e.at_ms)}});
+  }
+  Json out = {{"saga_id", rec.summary.saga_id},
+              {"intent_key", rec.summary.intent_key},
+              {"spec", rec.summary.spec_name},
+              {"state", rec.summary.state},
+              {"reason", rec.summary.reason},
+              {"created_at", FormatTimeMs(rec.summary.created_ms)},
+              {"updated_at", FormatTimeMs(rec.summary.updated_ms)},
+              {"input", rec.input},
+              {"steps", steps},
+              {"effects", effs}};
+  if (journal != nullptr) {
+    Json j = Json::array();
+    for (const auto& e : *journal) {
+      j.push_back({{"seq", e.seq},
+                   {"step", e.step_id},
+                   {"event", e.event},
+                   {"data", e.data},
+                   {"at", FormatTimeMs(e.at_ms)}});
+    }
+    out["journal"] = j;
+  }
+  return out;
+}
+
+void PrintSagaText(const storage::SagaRecord& rec) {
+  std::printf("saga     %s\n", rec.summary.saga_id.c_str());
+  std::printf("intent   %s\n", rec.summary.intent_key.c_str());
+  std::printf("spec     %s\n", rec.summary.spec_name.c_str());
+  std::printf("state    %s\n", rec.summary.state.c_str());
+  if (!rec.summary.reason.empty()) std::printf("reason   %s\n", rec.summary.reason.c_str());
+  std::printf("steps\n");
+  for (const auto& st : rec.steps) {
+    std::string extra = st.external_ref.empty() ? "" : "ref " + st.external_ref;
+    if (!st.error.empty()) extra += (extra.empty() ? "" : "  ") + st.error;
+    std::printf("  %d  %s%s%s%s\n", st.index, Pad(st.step_id, 18).c_str(), Pad(st.tool, 18).c_str(),
+                Pad(st.state, 20).c_str(), Clip(extra, 100).c_str());
+  }
+}
+
+struct Options {
+  std::string db;
+  std::string spec_path;
+  std::string input;
+  std::string intent_key;
+  std::string saga_id;
+  std::string status_filter;
+  bool json = false;
+  int concurrency = 4;
+};
+
+Result<Json> ReadInput(const std::string& text) {
+  if (text.empty()) return Json::object();
+  if (text[0] == '@') {
+    auto body = ReadFile(text.substr(1));
+    if (!body.ok()) return body.status();
+    return ParseJson(*body, "--input " + text);
+  }
+  return ParseJson(text, "--input");
+}
+
+EngineOptions LiveEngineOptions(bool live) {
+  EngineOptions eo;
+  if (live) eo.observer = PrintTimelineLine;
+  return eo;
+}
+
+int CmdValidate(const Options& o, const ToolRegistry& tools) {
+  auto text = ReadFile(o.spec_path);
+  if (!text.ok()) return Fail(text.status());
+  auto spec = ParseSpecText(*text, tools, o.spec_path);
+  if (!spec.ok()) return Fail(spec.status());
+  std::printf("ok: %s (spec \"%s\" version %d, %zu steps)\n", o.spec_path.c_str(),
+              spec->name.c_str(), spec->version, spec->steps.size());
+  return kExitOk;
+}
+
+int CmdRun(const Options& o, const ToolRegistry& tools, storage::Store* store) {
+  auto text = ReadFile(o.spec_path);
+  if (!text.ok()) return Fail(text.status());
+  auto spec = ParseSpecText(*text, tools, o.spec_path);
+  if (!spec.ok()) return Fail(spec.status());
+  auto input = ReadInput(o.input);
+  if (!input.ok()) return Fail(input.status());
+  std::string key = o.intent_key.empty() ? NewId("intent_") : o.intent_key;
+  Engine engine(store, &tools, LiveEngineOptions(true));
+  auto sub = engine.Submit(*spec, *input, key);
+  if (!sub.ok()) return Fail(sub.status());
+  std::printf("saga %s (%s, intent key %s)\n", sub->saga_id.c_str(),
+              sub->created ? "new" : "existing: same intent key and content", key.c_str());
+  std::fflush(stdout);
+  auto rec = engine.Run(sub->saga_id);
+  if (!rec.ok()) return Fail(rec.status());
+  std::printf("outcome: %s%s%s\n", rec->summary.state.c_str(),
+              rec->summary.reason.empty() ? "" : " - ", rec->summary.reason.c_str());
+  return ExitForSagaState(rec->summary.state);
+}
+
+int CmdStatus(const Options& o, storage::Store* store) {
+  auto rec = store->LoadSaga(o.saga_id);
+  if (!rec.ok()) return Fail(rec.status());
+  auto effects = store->ListEffects(o.saga_id);
+  if (!effects.ok()) return Fail(effects.status());
+  if (o.json) {
+    auto journal = store->ReadJournal(o.saga_id);
+    if (!journal.ok()) return Fail(journal.status());
+    std::printf("%s\n", SagaToJson(*rec, *effects, &*journal).dump(2).c_str());
+  } else {
+    PrintSagaText(*rec);
+    std::printf("effects\n");
+    for (const auto& e : *effects) {
+      std::printf("  %s%s%s%s\n", Pad(e.step_id, 18).c_str(), Pad(e.kind, 14).c_str(),
+                  Pad(e.tool, 18).c_str(), e.idempotency_key.c_str());
+    }
+  }
+  return kExitOk;
+}
+
+int CmdList(const Options& o, storage::Store* store) {
+  storage::SagaFilter f;
+  if (!o.status_filter.empty()) {
+    if (!ParseSagaState(o.status_filter)) {
+      return Fail(
+          Status::InvalidArgument("--status: unknown saga state \"" + o.status_filter + "\""));
+    }
+    f.states.push_back(o.status_filter);
+  }
+  auto list = store->ListSagas(f);
+  if (!list.ok()) return Fail(list.status());
+  if (o.json) {
+    Json arr = Json::array();
+    for (const auto& s : *list) {
+      arr.push_back({{"saga_id", s.saga_id},
+                     {"intent_key", s.intent_key},
+                     {"spec", s.spec_name},
+                     {"state", s.state},
+                     {"reason", s.reason},
+                     {"created_at", FormatTimeMs(s.created_ms)},
+                     {"updated_at", FormatTimeMs(s.updated_ms)}});
+    }
+    std::printf("%s\n", arr.dump(2).c_str());
+    return kExitOk;
+  }
+  for (const auto& s : *list) {
+    std::printf("%s  %s%s%s%s\n", s.saga_id.c_str(), Pad(s.state, 18).c_str(),
+                Pad(s.spec_name, 12).c_str(), Pad(FormatTimeMs(s.created_ms), 26).c_str(),
+                s.intent_key.c_str());
+  }
+  return kExitOk;
+}
+
+int CmdRecover(const Options& o, const ToolRegistry& tools, storage::Store* store) {
+  Engine engine(store, &tools, LiveEngineOptions(true));
+  auto report = engine.Recover(o.concurrency);
+  if (!report.ok()) return Fail(report.status());
+  int worst = kExitOk;
+  for (const std::string& id : report->saga_ids) {
+    auto rec = store->LoadSaga(id);
+    if (!rec.ok()) return Fail(rec.status());
+    std::printf("recovered %s: %s%s%s\n", id.c_str(), rec->summary.state.c_str(),
+                rec->summary.reason.empty() ? "" : " - ", rec->summary.reason.c_str());
+    if (rec->summary.state == "needs_attention") worst = kExitNeedsAttention;
+  }
+  for (const std::string& e : report->errors) std::fprintf(stderr, "error: %s\n", e.c_str());
+  std::printf("recovery: %d saga(s) resumed\n", report->resumed);
+  if (!report->errors.empty()) return kExitInternal;
+  return worst;
+}
+
+int CmdFailpoints() {
+  for (const auto& fp : failpoint::KnownFailpoints()) {
+    std::printf("%-32s %s\n", fp.name, fp.boundary);
+  }
+  return kExitOk;
+}
+
+}  // namespace
+
+int RunCli(int argc, char** argv, const FrontendConfig& config) {
+  CLI::App app{config.description, config.program};
+  app.require_subcommand(1);
+  Options o;
+  const char* env_db = std::getenv("IDEM_DB");
+  o.db = env_db != nullptr && *env_db != '\0' ? env_db : "idem.db";
+  app.add_option("--db", o.db, "journal database (SQLite file; default $IDEM_DB or ./idem.db)");
+  if (config.add_options) config.add_options(app);
+
+  auto* validate =
+      app.add_subcommand("validate", "check a saga spec; exit 2 with the place if bad");
+  validate->add_option("SPEC", o.spec_path, "spec file")->required();
+
+  auto* run = app.add_subcommand("run", "submit an intent and run its saga, with a live timeline");
+  run->add_option("SPEC", o.spec_path, "spec file")->required();
+  run->add_option("--input", o.input, "input JSON, or @FILE");
+  run->add_option(
+      "--intent-key", o.intent_key,
+      "intent key: the same key and content returns the same saga (default: a new key)");
+
+  auto* status = app.add_subcommand("status", "show a saga, its steps and effects");
+  status->add_option("SAGA", o.saga_id, "saga id")->required();
+  status->add_flag("--json", o.json, "JSON, with the journal");
+
+  auto* list = app.add_subcommand("list", "list sagas, newest first");
+  list->add_option("--status", o.status_filter, "only sagas in this state");
+  list->add_flag("--json", o.json, "JSON");
+
+  auto* recover = app.add_subcommand("recover", "resume every saga that had not finished");
+  recover->add_option("--concurrency", o.concurrency, "sagas resumed at once")
+      ->check(CLI::Range(1, 64));
+
+  auto* fps = app.add_subcommand("failpoints", "list the failpoint names IDEM_FAILPOINT accepts");
+
+  app.footer(
+      "exit codes: 0 ok/succeeded, 1 internal or store error, 2 bad usage or input,\n"
+      "            3 rolled back or failed, 4 needs attention, 5 intent key conflict, 6 not found");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    int rc = app.exit(e);
+    return rc == 0 ? kExitOk : kExitUsage;
+  }
+
+  Status armed = failpoint::ArmFromEnv();
+  if (!armed.ok()) return Fail(armed);
+  if (fps->parsed()) return CmdFailpoints();
+
+  ToolRegistry tools;
+  Context ctx{o.db};
+  if (config.register_tools) {
+    Status s = config.register_tools(tools, ctx);
+    if (!s.ok()) return Fail(s);
+  }
+  if (validate->parsed()) return CmdValidate(o, tools);
+
+  auto store = storage::OpenStore(o.db);
+  if (!store.ok()) return Fail(store.status());
+  if (run->parsed()) return CmdRun(o, tools, store->get());
+  if (status->parsed()) return CmdStatus(o, store->get());
+  if (list->parsed()) return CmdList(o, store->get());
+  if (recover->parsed()) return CmdRecover(o, tools, store->get());
+  return kExitUsage;
+}
+
+}  // namespace idem::cli

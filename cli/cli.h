@@ -1,0 +1,57 @@
+#pragma once
+// The idem command-line front end, as a library function.
+//
+// An embedding program builds its own tool registry and hands over to
+// RunCli; the `idem` binary is one such program, examples/travel_booking
+// another. Subcommands:
+//   validate SPEC
+//   run SPEC --input JSON|@FILE [--intent-key K]   live timeline, then outcome
+//   status SAGA [--json]
+//   list [--status S] [--json]
+//   recover                                        resume unfinished sagas
+//   failpoints                                     list the failpoint names
+// Global options: --db PATH (default ./idem.db, or $IDEM_DB).
+//
+// Exit codes (kExit*): 0 the command succeeded / the saga succeeded;
+// 1 internal or store error; 2 bad usage or bad input (spec, JSON, flags,
+// IDEM_FAILPOINT); 3 the saga was rolled back or failed; 4 a saga needs
+// attention; 5 the intent key is in use with other content; 6 not found.
+//
+// Thread safety: call once per process, from main().
+
+#include <functional>
+#include <string>
+
+#include "tools/tool.h"
+
+#include "common/status.h"
+#include <CLI/CLI.hpp>
+
+namespace idem::cli {
+
+constexpr int kExitOk = 0;
+constexpr int kExitInternal = 1;
+constexpr int kExitUsage = 2;
+constexpr int kExitRolledBack = 3;
+constexpr int kExitNeedsAttention = 4;
+constexpr int kExitConflict = 5;
+constexpr int kExitNotFound = 6;
+
+/// What the front end tells the embedding program once options are parsed.
+struct Context {
+  std::string db_path;  ///< the journal database
+};
+
+struct FrontendConfig {
+  std::string program = "idem";
+  std::string description = "idem: durable sagas for AI-agent tool calls";
+  /// Adds the program's own global options (called before parsing).
+  std::function<void(CLI::App&)> add_options;
+  /// Registers the program's tools (called after parsing, before the command).
+  std::function<Status(ToolRegistry&, const Context&)> register_tools;
+};
+
+/// Parses argv, runs the subcommand, returns the process exit code.
+int RunCli(int argc, char** argv, const FrontendConfig& config);
+
+}  // namespace idem::cli

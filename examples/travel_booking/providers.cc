@@ -1,0 +1,762 @@
+#include "examples/travel_booking/providers.h"
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <cctype>
+#include <cstdint>
+#include <filesystem>
+#include <mutex>
+#include <sstream>
+#include <utility>
+
+#include <sqlite3.h>
+
+#include "common/clock.h"
+#include "common/failpoint.h"
+#include <SQLiteCpp/SQLiteCpp.h>
+
+namespace idem::travel {
+namespace {
+
+constexpr int kBusyTimeoutMs = 10'000;
+/// idem calls a compensation with the key of its action plus this suffix.
+constexpr const char* kCompensateSuffix = ":compensate";
+constexpr const char* kNullCompensated = "null_compensated";
+
+constexpr const char* kSchema = R"sql(
+CREATE TABLE IF NOT EXISTS effects(
+  id INTEGER PRIMARY KEY AUTOINCREMENT,
+  provider TEXT NOT NULL,
+  operation TEXT NOT NULL,
+  idempotency_key TEXT NOT NULL,
+  applied_at TEXT NOT NULL,
+  args TEXT NOT NULL,
+  result TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS effects_by_key ON effects(provider, operation, idempotency_key);
+CREATE TABLE IF NOT EXISTS calls(
+  id INTEGER PRIMARY KEY AUTOINCREMENT,
+  provider TEXT NOT NULL,
+  operation TEXT NOT NULL,
+  idempotency_key TEXT NOT NULL,
+  at TEXT NOT NULL,
+  outcome TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS calls_by_key ON calls(provider, operation, idempotency_key);
+CREATE TABLE IF NOT EXISTS barriers(
+  provider TEXT NOT NULL,
+  idempotency_key TEXT NOT NULL,
+  op TEXT NOT NULL,
+  PRIMARY KEY(provider, idempotency_key, op));
+)sql";
+
+Status FromSqlite(const SQLite::Exception& e, const std::string& what) {
+  int code = e.getErrorCode() & 0xff;
+  std::string message = "ledger: " + what + ": " + e.what();
+  if (code == SQLITE_BUSY || code == SQLITE_LOCKED) return Status::Unavailable(message);
+  return Status::Internal(message);
+}
+
+std::string NowText() { return FormatTimeMs(SystemClock::Get()->NowMs()); }
+
+/// Splits "flights.reserve" into ("flights", "reserve").
+std::pair<std::string, std::string> SplitTool(const std::string& tool) {
+  auto dot = tool.find('.');
+  if (dot == std::string::npos) return {tool, ""};
+  return {tool.substr(0, dot), tool.substr(dot + 1)};
+}
+
+bool ParseInt(const std::string& text, int* out) {
+  if (text.empty() || text.size() > 9) return false;
+  for (char c : text) {
+    if (!std::isdigit(static_cast<unsigned char>(c))) return false;
+  }
+  *out = std::stoi(text);
+  return true;
+}
+
+}  // namespace
+
+// ---- the ledger
+
+struct Ledger::Impl {
+  std::string path;
+  std::mutex mu;
+  std::unique_ptr<SQLite::Database> db;  // guarded by mu
+};
+
+/// The providers' side of the ledger: what the tools below may touch.
+class LedgerAccess {
+ public:
+  using Impl = Ledger::Impl;
+  static Impl& Of(Ledger& ledger) { return *ledger.impl_; }
+};
+
+Ledger::Ledger(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Ledger::~Ledger() = default;
+
+const std::string& Ledger::path() const { return impl_->path; }
+
+Result<std::shared_ptr<Ledger>> Ledger::Open(const std::string& path, bool create) {
+  if (path.empty()) return Status::InvalidArgument("ledger: empty path");
+  std::error_code ec;
+  if (!create && !std::filesystem::exists(path, ec)) {
+    return Status::NotFound("ledger: no ledger at " + path);
+  }
+  auto impl = std::make_unique<Impl>();
+  impl->path = path;
+  try {
+    int flags = SQLite::OPEN_READWRITE | (create ? SQLite::OPEN_CREATE : 0);
+    impl->db = std::make_unique<SQLite::Database>(path, flags, kBusyTimeoutMs);
+    impl->db->exec("PRAGMA journal_mode=WAL");
+    impl->db->exec("PRAGMA synchronous=FULL");
+    impl->db->exec(kSchema);
+  } catch (const SQLite::Exception& e) {
+    return FromSqlite(e, "open " + path);
+  }
+  return std::shared_ptr<Ledger>(new Ledger(std::move(impl)));
+}
+
+Result<std::vector<LedgerEffect>> Ledger::Effects() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  try {
+    SQLite::Statement q(*impl_->db,
+                        "SELECT id, provider, operation, idempotency_key, applied_at, args, result "
+                        "FROM effects ORDER BY id");
+    std::vector<LedgerEffect> out;
+    while (q.executeStep()) {
+      LedgerEffect e;
+      e.id = q.getColumn(0).getInt64();
+      e.provider = q.getColumn(1).getString();
+      e.operation = q.getColumn(2).getString();
+      e.idempotency_key = q.getColumn(3).getString();
+      e.applied_at = q.getColumn(4).getString();
+      e.args = Json::parse(q.getColumn(5).getString(), nullptr, /*allow_exceptions=*/false);
+      e.result = Json::parse(q.getColumn(6).getString(), nullptr, /*allow_exceptions=*/false);
+      out.push_back(std::move(e));
+    }
+    return out;
+  } catch (const SQLite::Exception& e) {
+    return FromSqlite(e, "read effects");
+  }
+}
+
+Result<std::vector<LedgerCall>> Ledger::Calls() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  try {
+    SQLite::Statement q(*impl_->db,
+                        "SELECT id, provider, operation, idempotency_key, at, outcome "
+                        "FROM calls ORDER BY id");
+    std::vector<LedgerCall> out;
+    while (q.executeStep()) {
+      LedgerCall c;
+      c.id = q.getColumn(0).getInt64();
+      c.provider = q.getColumn(1).getString();
+      c.operation = q.getColumn(2).getString();
+      c.idempotency_key = q.getColumn(3).getString();
+      c.at = q.getColumn(4).getString();
+      c.outcome = q.getColumn(5).getString();
+      out.push_back(std::move(c));
+    }
+    return out;
+  } catch (const SQLite::Exception& e) {
+    return FromSqlite(e, "read calls");
+  }
+}
+
+Result<int> Ledger::CountEffects(const std::string& key) const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  try {
+    SQLite::Statement q(*impl_->db, "SELECT COUNT(*) FROM effects WHERE idempotency_key = ?");
+    q.bind(1, key);
+    q.executeStep();
+    return q.getColumn(0).getInt();
+  } catch (const SQLite::Exception& e) {
+    return FromSqlite(e, "count effects");
+  }
+}
+
+Result<int> Ledger::CountEffects(const std::string& tool, const std::string& key) const {
+  auto [provider, operation] = SplitTool(tool);
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  try {
+    SQLite::Statement q(*impl_->db,
+                        "SELECT COUNT(*) FROM effects "
+                        "WHERE provider = ? AND operation = ? AND idempotency_key = ?");
+    q.bind(1, provider);
+    q.bind(2, operation);
+    q.bind(3, key);
+    q.executeStep();
+    return q.getColumn(0).getInt();
+  } catch (const SQLite::Exception& e) {
+    return FromSqlite(e, "count effects");
+  }
+}
+
+Result<int> Ledger::CountCalls(const std::string& tool, const std::string& key) const {
+  auto [provider, operation] = SplitTool(tool);
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  try {
+    SQLite::Statement q(*impl_->db,
+                        "SELECT COUNT(*) FROM calls "
+                        "WHERE provider = ? AND operation = ? AND idempotency_key = ?");
+    q.bind(1, provider);
+    q.bind(2, operation);
+    q.bind(3, key);
+    q.executeStep();
+    return q.getColumn(0).getInt();
+  } catch (const SQLite::Exception& e) {
+    return FromSqlite(e, "count calls");
+  }
+}
+
+Result<bool> Ledger::IsBarred(const std::string& provider, const std::string& key) const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  try {
+    SQLite::Statement q(*impl_->db,
+                        "SELECT COUNT(*) FROM barriers "
+                        "WHERE provider = ? AND idempotency_key = ? AND op = ?");
+    q.bind(1, provider);
+    q.bind(2, key);
+    q.bind(3, kNullCompensated);
+    q.executeStep();
+    return q.getColumn(0).getInt() > 0;
+  } catch (const SQLite::Exception& e) {
+    return FromSqlite(e, "read barriers");
+  }
+}
+
+Result<std::vector<DuplicateEffect>> Ledger::Duplicates() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  try {
+    SQLite::Statement q(*impl_->db,
+                        "SELECT provider, operation, idempotency_key, COUNT(*) FROM effects "
+                        "GROUP BY provider, operation, idempotency_key HAVING COUNT(*) > 1 "
+                        "ORDER BY MIN(id)");
+    std::vector<DuplicateEffect> out;
+    while (q.executeStep()) {
+      DuplicateEffect d;
+      d.provider = q.getColumn(0).getString();
+      d.operation = q.getColumn(1).getString();
+      d.idempotency_key = q.getColumn(2).getString();
+      d.count = q.getColumn(3).getInt();
+      out.push_back(std::move(d));
+    }
+    return out;
+  } catch (const SQLite::Exception& e) {
+    return FromSqlite(e, "find duplicates");
+  }
+}
+
+// ---- text tables
+
+namespace {
+
+std::string Clip(const std::string& s, size_t width) {
+  if (s.size() <= width) return s;
+  return s.substr(0, width - 3) + "...";
+}
+
+std::string RenderTable(const std::vector<std::string>& header,
+                        const std::vector<std::vector<std::string>>& rows) {
+  std::vector<size_t> widths(header.size());
+  for (size_t i = 0; i < header.size(); ++i) widths[i] = header[i].size();
+  for (const auto& row : rows) {
+    for (size_t i = 0; i < row.size(); ++i) widths[i] = std::max(widths[i], row[i].size());
+  }
+  std::ostringstream out;
+  auto line = [&](const std::vector<std::string>& cells) {
+    std::string text;
+    for (size_t i = 0; i < cells.size(); ++i) {
+      if (i > 0) text += "  ";
+      text += cells[i];
+      if (i + 1 < cells.size()) text += std::string(widths[i] - cells[i].size(), ' ');
+    }
+    out << text << "\n";
+  };
+  line(header);
+  std::vector<std::string> rule;
+  rule.reserve(widths.size());
+  for (size_t w : widths) rule.emplace_back(w, '-');
+  line(rule);
+  for (const auto& row : rows) line(row);
+  return out.str();
+}
+
+}  // namespace
+
+std::string FormatEffectsTable(const std::vector<LedgerEffect>& effects) {
+  std::vector<std::vector<std::string>> rows;
+  rows.reserve(effects.size());
+  for (const auto& e : effects) {
+    rows.push_back({std::to_string(e.id), e.provider, e.operation, e.idempotency_key, e.applied_at,
+                    Clip(CanonicalJson(e.result), 80)});
+  }
+  return RenderTable({"id", "provider", "operation", "idempotency_key", "applied_at", "result"},
+                     rows);
+}
+
+std::string FormatCallsTable(const std::vector<LedgerCall>& calls) {
+  std::vector<std::vector<std::string>> rows;
+  rows.reserve(calls.size());
+  for (const auto& c : calls) {
+    rows.push_back(
+        {std::to_string(c.id), c.provider, c.operation, c.idempotency_key, c.at, c.outcome});
+  }
+  return RenderTable({"id", "provider", "operation", "idempotency_key", "at", "outcome"}, rows);
+}
+
+// ---- faults
+
+Result<FaultRule> ParseFaultRule(const std::string& text) {
+  auto bad = [&](const std::string& why) {
+    return Status::InvalidArgument("fault \"" + text + "\": " + why +
+                                   " (expected TOOL=MODE[@N], MODE one of fail, fail_times(K), "
+                                   "reject, lose_request, lose_response, delay(MS))");
+  };
+  auto eq = text.find('=');
+  if (eq == std::string::npos || eq == 0) return bad("no TOOL=");
+  FaultRule rule;
+  rule.tool = text.substr(0, eq);
+  std::string mode = text.substr(eq + 1);
+  auto at = mode.rfind('@');
+  if (at != std::string::npos) {
+    if (!ParseInt(mode.substr(at + 1), &rule.nth) || rule.nth < 1) {
+      return bad("@N must be a positive integer");
+    }
+    mode = mode.substr(0, at);
+  }
+  auto paren = mode.find('(');
+  if (paren != std::string::npos) {
+    if (mode.back() != ')') return bad("unclosed parenthesis");
+    std::string arg = mode.substr(paren + 1, mode.size() - paren - 2);
+    mode = mode.substr(0, paren);
+    if (mode != "fail_times" && mode != "delay") return bad("mode " + mode + " takes no argument");
+    if (!ParseInt(arg, &rule.param)) return bad(mode + "(...) needs a non-negative integer");
+  } else if (mode == "fail_times" || mode == "delay") {
+    return bad(mode + " needs an argument, e.g. " + mode + "(2)");
+  }
+  if (mode != "fail" && mode != "fail_times" && mode != "reject" && mode != "lose_request" &&
+      mode != "lose_response" && mode != "delay") {
+    return bad(mode.empty() ? "no mode" : "unknown mode \"" + mode + "\"");
+  }
+  if (mode == "fail_times" && rule.nth != 0) return bad("fail_times(K) takes no @N");
+  rule.mode = mode;
+  return rule;
+}
+
+// ---- the tools
+
+namespace {
+
+enum class Role { kAction, kCompensation };
+
+struct ToolDef {
+  const char* provider;
+  const char* operation;
+  EffectClass effect;
+  bool honours_keys;
+  bool has_status;
+  Role role;
+  const char* undoes;     ///< compensation: the action operation it undoes
+  const char* ref_field;  ///< the result field that is the external reference
+  const char* description;
+};
+
+// clang-format off
+constexpr std::array<ToolDef, 8> kTools = {{
+//  provider    operation  effect                   keys   status  role                undoes    ref_field
+  {"flights",  "reserve", EffectClass::kWrite,      true,  true,  Role::kAction,       "",       "reservation_id",
+   "Reserve a flight. Honours idempotency keys; answers status lookups."},
+  {"flights",  "cancel",  EffectClass::kIdempotent, true,  false, Role::kCompensation, "reserve", "reservation_id",
+   "Cancel a flight reservation: {reservation_id}."},
+  {"hotels",   "book",    EffectClass::kWrite,      false, true,  Role::kAction,       "",       "booking_id",
+   "Book a hotel room. Does NOT deduplicate keys: a repeat books again. Answers status lookups."},
+  {"hotels",   "cancel",  EffectClass::kIdempotent, true,  true,  Role::kCompensation, "book",    "booking_id",
+   "Cancel a hotel booking: {booking_id}."},
+  {"cars",     "rent",    EffectClass::kWrite,      false, false, Role::kAction,       "",       "rental_id",
+   "Rent a car. Neither deduplicates keys nor answers status lookups."},
+  {"cars",     "return",  EffectClass::kIdempotent, true,  false, Role::kCompensation, "rent",    "rental_id",
+   "Return a rented car early: {rental_id}."},
+  {"payments", "charge",  EffectClass::kWrite,      true,  true,  Role::kAction,       "",       "charge_id",
+   "Charge a card: {amount_cents, currency}. Honours idempotency keys; answers status lookups."},
+  {"payments", "refund",  EffectClass::kIdempotent, true,  false, Role::kCompensation, "charge",  "refund_id",
+   "Refund a charge: {charge_id, amount_cents}."},
+}};
+// clang-format on
+
+std::string ToolName(const ToolDef& def) { return std::string(def.provider) + "." + def.operation; }
+
+/// "FL-" + 10 random upper-case base32 characters.
+std::string ShortId(const std::string& prefix) {
+  std::string id = NewId("").substr(0, 10);
+  for (char& c : id) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return prefix + id;
+}
+
+/// A stable small hash for made-up flight numbers and prices (FNV-1a).
+uint32_t Fnv(const std::string& s) {
+  uint32_t h = 2166136261u;
+  for (unsigned char c : s) {
+    h ^= c;
+    h *= 16777619u;
+  }
+  return h;
+}
+
+std::string Text(const Json& args, const char* field, const char* fallback) {
+  auto it = args.find(field);
+  if (it == args.end() || it->is_null()) return fallback;
+  return it->is_string() ? it->get<std::string>() : it->dump();
+}
+
+/// The first non-null of args[field] and action_result[field].
+Json Pick(const Json& args, const Json& action_result, const char* field) {
+  if (args.contains(field) && !args[field].is_null()) return args[field];
+  if (action_result.is_object() && action_result.contains(field)) return action_result[field];
+  return nullptr;
+}
+
+/// The result of a new effect, or a refusal message. `action_result` is the
+/// result of the undone action (compensations; null when none).
+Result<Json> MakeResult(const ToolDef& def, const Json& args, const Json& action_result) {
+  const std::string tool = ToolName(def);
+  const std::string currency = Text(args, "currency", "EUR");
+  if (tool == "flights.reserve") {
+    std::string from = Text(args, "from", "LIS");
+    std::string to = Text(args, "to", "NRT");
+    std::string date = Text(args, "date", "");
+    Json flight = {{"number", "ID" + std::to_string(100 + Fnv(from + to + date) % 900)},
+                   {"from", from},
+                   {"to", to},
+                   {"date", date}};
+    if (args.contains("return_date")) flight["return_date"] = args["return_date"];
+    int64_t price = 40'000 + static_cast<int64_t>(Fnv(from + to) % 800) * 100;
+    return Json{{"reservation_id", ShortId("FL-")},
+                {"flight", flight},
+                {"price", {{"amount_cents", price}, {"currency", currency}}}};
+  }
+  if (tool == "hotels.book") {
+    std::string city = Text(args, "city", "Tokyo");
+    int64_t price = 60'000 + static_cast<int64_t>(Fnv(city) % 400) * 100;
+    return Json{{"booking_id", ShortId("HT-")},
+                {"hotel", "Hotel Idem " + city},
+                {"city", city},
+                {"check_in", Text(args, "check_in", "")},
+                {"check_out", Text(args, "check_out", "")},
+                {"price", {{"amount_cents", price}, {"currency", currency}}}};
+  }
+  if (tool == "cars.rent") {
+    return Json{{"rental_id", ShortId("CR-")},
+                {"car", "compact"},
+                {"pickup", Text(args, "city", "Tokyo")},
+                {"from", Text(args, "from", "")},
+                {"until", Text(args, "until", "")}};
+  }
+  if (tool == "payments.charge") {
+    Json amount = args.contains("amount_cents") ? args["amount_cents"] : Json(0);
+    if (!amount.is_number_integer() || amount.get<int64_t>() < 0) {
+      return Status::InvalidArgument("amount_cents must be a non-negative integer");
+    }
+    return Json{{"charge_id", ShortId("CH-")}, {"amount_cents", amount}, {"currency", currency}};
+  }
+  if (tool == "flights.cancel" || tool == "hotels.cancel") {
+    return Json{{"cancelled", true}, {def.ref_field, Pick(args, action_result, def.ref_field)}};
+  }
+  if (tool == "cars.return") {
+    return Json{{"returned", true}, {"rental_id", Pick(args, action_result, "rental_id")}};
+  }
+  if (tool == "payments.refund") {
+    return Json{{"refund_id", ShortId("RF-")},
+                {"charge_id", Pick(args, action_result, "charge_id")},
+                {"amount_cents", Pick(args, action_result, "amount_cents")}};
+  }
+  return Status::Internal("no result maker for " + tool);
+}
+
+std::string RefOf(const ToolDef& def, const Json& result) {
+  if (!result.is_object()) return "";
+  auto it = result.find(def.ref_field);
+  if (it == result.end() || !it->is_string()) return "";
+  return it->get<std::string>();
+}
+
+class ProviderTool : public Tool {
+ public:
+  ProviderTool(const ToolDef& def, std::shared_ptr<Ledger> ledger, const ProviderOptions& options)
+      : def_(def), ledger_(std::move(ledger)), latency_ms_(options.latency_ms) {
+    info_.name = ToolName(def);
+    info_.effect = def.effect;
+    info_.honours_keys = def.honours_keys;
+    info_.has_status = def.has_status;
+    info_.description = def.description;
+    for (const auto& rule : options.faults) {
+      if (rule.tool == info_.name) faults_.push_back(rule);
+    }
+  }
+
+  const ToolInfo& info() const override { return info_; }
+
+  ToolOutcome Invoke(const ToolCall& call) override {
+    if (latency_ms_ > 0) SystemClock::Get()->SleepMs(latency_ms_);
+    int n = calls_.fetch_add(1) + 1;
+    const FaultRule* fault = FaultFor(n);
+    std::string mode = fault != nullptr ? fault->mode : "";
+    if (mode == "delay") {
+      SystemClock::Get()->SleepMs(fault->param);
+      mode.clear();
+    }
+    if (mode == "fail" || mode == "fail_times") {
+      LogCall(call.key, "fault:fail");
+      return ToolOutcome::Failed(
+          "injected fault: transient failure (" + info_.name + " call " + std::to_string(n) + ")",
+          /*retryable=*/true);
+    }
+    if (mode == "reject") {
+      LogCall(call.key, "fault:reject");
+      return ToolOutcome::Failed(
+          "injected fault: permanent refusal (" + info_.name + " call " + std::to_string(n) + ")",
+          /*retryable=*/false);
+    }
+    if (mode == "lose_request") {
+      LogCall(call.key, "fault:lose_request");
+      return ToolOutcome::Unknown("request lost");
+    }
+    const bool lose_response = mode == "lose_response";
+
+    if (!call.args.is_null() && !call.args.is_object()) {
+      LogCall(call.key, "error");
+      return ToolOutcome::Failed(info_.name + ": args must be a JSON object", false);
+    }
+    const Json args = call.args.is_null() ? Json::object() : call.args;
+    bool new_effect = false;  // an effect row was committed by this call
+    ToolOutcome outcome = def_.role == Role::kAction
+                              ? Act(call.key, args, lose_response, &new_effect)
+                              : Compensate(call.key, args, lose_response, &new_effect);
+    if (new_effect && outcome.kind == OutcomeKind::kSucceeded) {
+      const char* site =
+          def_.role == Role::kAction ? "provider.after_apply" : "provider.after_undo";
+      if (IDEM_FAILPOINT(site))
+        return ToolOutcome::Unknown(std::string("injected error at ") + site);
+    }
+    if (lose_response) return ToolOutcome::Unknown("response lost");
+    return outcome;
+  }
+
+  LookupOutcome Lookup(const std::string& key) override {
+    LookupOutcome out;
+    if (!def_.has_status) return Tool::Lookup(key);
+    auto& impl = LedgerAccess::Of(*ledger_);
+    std::lock_guard<std::mutex> lock(impl.mu);
+    try {
+      Json first;
+      bool found = FirstEffect(impl, def_.operation, key, &first);
+      InsertCall(impl, "lookup", key, found ? "applied" : "not_applied");
+      if (found) {
+        out.kind = LookupKind::kApplied;
+        out.result = first;
+        out.external_ref = RefOf(def_, first);
+      } else {
+        out.kind = LookupKind::kNotApplied;
+      }
+    } catch (const std::exception& e) {
+      out = LookupOutcome();
+      out.kind = LookupKind::kError;
+      out.error = std::string("ledger: ") + e.what();
+    }
+    return out;
+  }
+
+ private:
+  using Impl = LedgerAccess::Impl;
+
+  const FaultRule* FaultFor(int n) const {
+    for (const auto& rule : faults_) {
+      if (rule.mode == "fail_times") {
+        if (n <= rule.param) return &rule;
+      } else if (rule.nth == 0 || rule.nth == n) {
+        return &rule;
+      }
+    }
+    return nullptr;
+  }
+
+  /// Finds the first effect of `operation` under `key`. Caller holds mu.
+  bool FirstEffect(Impl& impl, const std::string& operation, const std::string& key, Json* result) {
+    SQLite::Statement q(*impl.db,
+                        "SELECT result FROM effects "
+                        "WHERE provider = ? AND operation = ? AND idempotency_key = ? "
+                        "ORDER BY id LIMIT 1");
+    q.bind(1, def_.provider);
+    q.bind(2, operation);
+    q.bind(3, key);
+    if (!q.executeStep()) return false;
+    *result = Json::parse(q.getColumn(0).getString());
+    return true;
+  }
+
+  /// Caller holds mu.
+  void InsertCall(Impl& impl, const std::string& operation, const std::string& key,
+                  const std::string& outcome) {
+    SQLite::Statement q(*impl.db,
+                        "INSERT INTO calls(provider, operation, idempotency_key, at, outcome) "
+                        "VALUES (?, ?, ?, ?, ?)");
+    q.bind(1, def_.provider);
+    q.bind(2, operation);
+    q.bind(3, key);
+    q.bind(4, NowText());
+    q.bind(5, outcome);
+    q.exec();
+  }
+
+  /// Caller holds mu.
+  void InsertEffect(Impl& impl, const std::string& key, const Json& args, const Json& result) {
+    SQLite::Statement q(*impl.db,
+                        "INSERT INTO effects(provider, operation, idempotency_key, applied_at, "
+                        "args, result) VALUES (?, ?, ?, ?, ?, ?)");
+    q.bind(1, def_.provider);
+    q.bind(2, def_.operation);
+    q.bind(3, key);
+    q.bind(4, NowText());
+    q.bind(5, CanonicalJson(args));
+    q.bind(6, CanonicalJson(result));
+    q.exec();
+  }
+
+  /// Logs a call that never reached the ledger logic (faults). Best effort.
+  void LogCall(const std::string& key, const std::string& outcome) {
+    auto& impl = LedgerAccess::Of(*ledger_);
+    std::lock_guard<std::mutex> lock(impl.mu);
+    try {
+      InsertCall(impl, def_.operation, key, outcome);
+    } catch (const std::exception&) {
+      // The log is for tests; a busy ledger must not change the outcome.
+    }
+  }
+
+  static std::string Tag(const std::string& outcome, bool lose_response) {
+    return lose_response ? outcome + ";response_lost" : outcome;
+  }
+
+  /// Runs `body` in an immediate transaction. Errors before the commit mean
+  /// nothing happened (a retryable failure); an error in the commit itself
+  /// leaves the effect uncertain.
+  template <typename Body>
+  ToolOutcome InTransaction(Body body) {
+    auto& impl = LedgerAccess::Of(*ledger_);
+    std::lock_guard<std::mutex> lock(impl.mu);
+    bool committing = false;
+    try {
+      SQLite::Transaction tx(*impl.db, SQLite::TransactionBehavior::IMMEDIATE);
+      ToolOutcome outcome = body(impl);
+      committing = true;
+      tx.commit();
+      return outcome;
+    } catch (const std::exception& e) {
+      std::string why = info_.name + ": ledger error: " + e.what();
+      return committing ? ToolOutcome::Unknown(why) : ToolOutcome::Failed(why, true);
+    }
+  }
+
+  ToolOutcome Act(const std::string& key, const Json& args, bool lose_response, bool* new_effect) {
+    return InTransaction([&](Impl& impl) {
+      SQLite::Statement barrier(*impl.db,
+                                "SELECT 1 FROM barriers "
+                                "WHERE provider = ? AND idempotency_key = ? AND op = ?");
+      barrier.bind(1, def_.provider);
+      barrier.bind(2, key);
+      barrier.bind(3, kNullCompensated);
+      if (barrier.executeStep()) {
+        InsertCall(impl, def_.operation, key, Tag("refused_after_compensation", lose_response));
+        return ToolOutcome::Failed("action arrived after its compensation", false);
+      }
+      Json first;
+      if (def_.honours_keys && FirstEffect(impl, def_.operation, key, &first)) {
+        InsertCall(impl, def_.operation, key, Tag("repeat", lose_response));
+        return ToolOutcome::Succeeded(first, RefOf(def_, first));
+      }
+      Result<Json> result = MakeResult(def_, args, nullptr);
+      if (!result.ok()) {
+        InsertCall(impl, def_.operation, key, Tag("rejected", lose_response));
+        return ToolOutcome::Failed(info_.name + ": " + result.status().message(), false);
+      }
+      InsertEffect(impl, key, args, *result);
+      InsertCall(impl, def_.operation, key, Tag("applied", lose_response));
+      *new_effect = true;
+      return ToolOutcome::Succeeded(*result, RefOf(def_, *result));
+    });
+  }
+
+  ToolOutcome Compensate(const std::string& key, const Json& args, bool lose_response,
+                         bool* new_effect) {
+    const std::string suffix = kCompensateSuffix;
+    const bool has_action_key = key.size() > suffix.size() &&
+                                key.compare(key.size() - suffix.size(), suffix.size(), suffix) == 0;
+    const std::string action_key = has_action_key ? key.substr(0, key.size() - suffix.size()) : "";
+    return InTransaction([&](Impl& impl) {
+      Json first;
+      if (def_.honours_keys && FirstEffect(impl, def_.operation, key, &first)) {
+        InsertCall(impl, def_.operation, key, Tag("repeat", lose_response));
+        return ToolOutcome::Succeeded(first, RefOf(def_, first));
+      }
+      Json action_result;
+      if (has_action_key && !FirstEffect(impl, def_.undoes, action_key, &action_result)) {
+        // Null compensation: bar the action key so a late action is refused.
+        SQLite::Statement bar(*impl.db,
+                              "INSERT OR IGNORE INTO barriers(provider, idempotency_key, op) "
+                              "VALUES (?, ?, ?)");
+        bar.bind(1, def_.provider);
+        bar.bind(2, action_key);
+        bar.bind(3, kNullCompensated);
+        bar.exec();
+        InsertCall(impl, def_.operation, key, Tag("null_compensation", lose_response));
+        return ToolOutcome::Succeeded(Json{{"null_compensation", true}});
+      }
+      Result<Json> result = MakeResult(def_, args, action_result);
+      if (!result.ok()) {
+        InsertCall(impl, def_.operation, key, Tag("rejected", lose_response));
+        return ToolOutcome::Failed(info_.name + ": " + result.status().message(), false);
+      }
+      InsertEffect(impl, key, args, *result);
+      InsertCall(impl, def_.operation, key, Tag("applied", lose_response));
+      *new_effect = true;
+      return ToolOutcome::Succeeded(*result, RefOf(def_, *result));
+    });
+  }
+
+  const ToolDef& def_;
+  std::shared_ptr<Ledger> ledger_;
+  int latency_ms_;
+  std::vector<FaultRule> faults_;
+  ToolInfo info_;
+  std::atomic<int> calls_{0};
+};
+
+}  // namespace
+
+const std::vector<std::string>& TravelToolNames() {
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> out;
+    out.reserve(kTools.size());
+    for (const auto& def : kTools) out.push_back(ToolName(def));
+    return out;
+  }();
+  return names;
+}
+
+Status RegisterTravelTools(ToolRegistry& registry, const ProviderOptions& options) {
+  const auto& names = TravelToolNames();
+  for (const auto& rule : options.faults) {
+    if (std::find(names.begin(), names.end(), rule.tool) == names.end()) {
+      return Status::InvalidArgument("fault for unknown tool \"" + rule.tool + "\"");
+    }
+  }
+  if (options.latency_ms < 0) return Status::InvalidArgument("latency_ms must not be negative");
+  Result<std::shared_ptr<Ledger>> ledger = Ledger::Open(options.ledger_path);
+  if (!ledger.ok()) return ledger.status();
+  for (const auto& def : kTools) {
+    IDEM_RETURN_IF_ERROR(registry.Register(std::make_unique<ProviderTool>(def, *ledger, options)));
+  }
+  return Status::Ok();
+}
+
+}  // namespace idem::travel

@@ -1,0 +1,174 @@
+#pragma once
+// Simulated travel providers (flights, hotels, cars, payments) as in-process
+// idem tools, each effect recorded in a durable SQLite ledger of their own.
+//
+// The ledger stands in for the providers' databases: it is a separate file
+// from idem's journal, so tests and the demo can check what really happened
+// in the world, whatever the journal says. Its tables:
+//   effects(id, provider, operation, idempotency_key, applied_at, args, result)
+//       one row per applied effect, with NO unique constraint: an effect
+//       applied twice shows as two rows.
+//   calls(id, provider, operation, idempotency_key, at, outcome)
+//       every call received, including refused ones and status lookups
+//       (operation "lookup"), so tests can count blind retries. Outcomes:
+//       applied, repeat (a key already applied: the first result replayed),
+//       null_compensation, refused_after_compensation, fault:fail,
+//       fault:reject, fault:lose_request, not_applied (lookup), error; a
+//       lost response appends ";response_lost" (e.g. "applied;response_lost").
+//   barriers(provider, idempotency_key, op)
+//       the dtm-style barrier: (provider, A, 'null_compensated') records that
+//       the compensation of action key A arrived before the action did.
+// The ledger runs in WAL mode with synchronous=FULL; each effect is committed
+// (with its `calls` row) before the tool answers. Several processes may share
+// one ledger file: writes take an immediate transaction and wait on a busy
+// timeout.
+//
+// The tools:
+//   tool              effect      keys honoured  status lookup
+//   flights.reserve   write       yes            yes
+//   flights.cancel    idempotent  yes            no
+//   hotels.book       write       NO             yes
+//   hotels.cancel     idempotent  yes            yes
+//   cars.rent         write       NO             no
+//   cars.return       idempotent  yes            no
+//   payments.charge   write       yes            yes
+//   payments.refund   idempotent  yes            no
+// A tool that honours keys answers a repeated key with the first result and
+// no new effect row. hotels.book and cars.rent apply a repeated key again (a
+// second row): idem must never send them a blind retry.
+//
+// Compensations and the barrier. idem calls a compensation with the key
+// `<action key>:compensate`. When the ledger has no effect of the action
+// under that action key, the compensation is a null compensation: it records
+// a barrier row, applies nothing and succeeds with {"null_compensation":
+// true}. An action that later arrives under a barred key is refused
+// (permanent failure, no effect): the hanging action of RELIABILITY.md #22.
+// A compensation key without the suffix is applied without barrier checks.
+//
+// Faults (ProviderOptions::faults) are injected per tool and per call; the
+// call count is kept per registration (that is, per process for the CLI).
+// Status lookups never fault. Failpoints: "provider.after_apply" right after
+// an action's new effect is committed, "provider.after_undo" right after a
+// compensation's; an `err` there makes the tool answer unknown.
+//
+// Thread safety: the tools may be called from several threads at once; a
+// Ledger serialises its own connection with a mutex.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tools/tool.h"
+
+#include "common/json_util.h"
+#include "common/status.h"
+
+namespace idem::travel {
+
+/// One injected fault: `TOOL=MODE[@N]`. Modes:
+///   fail           a transient, retryable refusal; no effect
+///   fail_times(K)  `fail` on the first K calls, then normal
+///   reject         a permanent refusal; no effect
+///   lose_request   the call never reaches the provider: no effect, and the
+///                  tool answers unknown ("request lost")
+///   lose_response  the provider applies the effect and commits it, then the
+///                  answer is lost: the tool answers unknown ("response lost")
+///   delay(MS)      the call is held MS milliseconds, then runs normally
+/// With @N the fault hits only the N-th call of that tool (1-based);
+/// without it, every call (fail_times: the first K).
+struct FaultRule {
+  std::string tool;  ///< "flights.reserve"
+  std::string mode;  ///< "fail", "fail_times", "reject", "lose_request", ...
+  int nth = 0;       ///< 0: every call
+  int param = 0;     ///< K of fail_times(K), MS of delay(MS)
+};
+
+/// Parses `TOOL=MODE[@N]`. InvalidArgument quoting the text on a bad rule.
+/// The tool name is checked later, by RegisterTravelTools.
+Result<FaultRule> ParseFaultRule(const std::string& text);
+
+struct ProviderOptions {
+  std::string ledger_path;  ///< created if missing
+  int latency_ms = 0;       ///< slept at the start of every call (not lookups)
+  std::vector<FaultRule> faults;
+};
+
+/// One applied effect.
+struct LedgerEffect {
+  int64_t id = 0;
+  std::string provider;   ///< "flights"
+  std::string operation;  ///< "reserve"
+  std::string idempotency_key;
+  std::string applied_at;  ///< RFC 3339 UTC
+  Json args;
+  Json result;
+};
+
+/// One call received.
+struct LedgerCall {
+  int64_t id = 0;
+  std::string provider;
+  std::string operation;  ///< "lookup" for a status lookup
+  std::string idempotency_key;
+  std::string at;
+  std::string outcome;  ///< see the header comment
+};
+
+/// A (provider, operation, key) with more than one effect row.
+struct DuplicateEffect {
+  std::string provider;
+  std::string operation;
+  std::string idempotency_key;
+  int count = 0;
+};
+
+/// The providers' durable ledger. Owned by whoever opens it; the tools share
+/// theirs. Every method returns Unavailable when SQLite is busy past the
+/// timeout and Internal for other SQLite errors.
+class Ledger {
+ public:
+  /// Opens (and with `create`, creates and migrates) the ledger at `path`.
+  /// NotFound when `create` is false and there is no file.
+  static Result<std::shared_ptr<Ledger>> Open(const std::string& path, bool create = true);
+  ~Ledger();
+  Ledger(const Ledger&) = delete;
+  Ledger& operator=(const Ledger&) = delete;
+
+  const std::string& path() const;
+
+  /// Every effect, in the order applied.
+  Result<std::vector<LedgerEffect>> Effects() const;
+  /// Every call received, in order.
+  Result<std::vector<LedgerCall>> Calls() const;
+  /// Effect rows under `key`, any provider and operation.
+  Result<int> CountEffects(const std::string& key) const;
+  /// Effect rows of `tool` ("hotels.book") under `key`.
+  Result<int> CountEffects(const std::string& tool, const std::string& key) const;
+  /// Calls (lookups excluded) of `tool` under `key`: attempts received.
+  Result<int> CountCalls(const std::string& tool, const std::string& key) const;
+  /// Whether a null compensation barred action key `key` of `provider`.
+  Result<bool> IsBarred(const std::string& provider, const std::string& key) const;
+  /// Every (provider, operation, key) applied more than once.
+  Result<std::vector<DuplicateEffect>> Duplicates() const;
+
+ private:
+  struct Impl;  // the connection and its mutex; in providers.cc
+  explicit Ledger(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+  friend class LedgerAccess;
+};
+
+/// Fixed-width text tables for terminals.
+std::string FormatEffectsTable(const std::vector<LedgerEffect>& effects);
+std::string FormatCallsTable(const std::vector<LedgerCall>& calls);
+
+/// The names of the eight travel tools.
+const std::vector<std::string>& TravelToolNames();
+
+/// Opens the ledger and registers the eight tools in `registry`.
+/// InvalidArgument for a fault naming an unknown tool; Unavailable/Internal
+/// when the ledger cannot be opened; Conflict when a name is taken.
+Status RegisterTravelTools(ToolRegistry& registry, const ProviderOptions& options);
+
+}  // namespace idem::travel

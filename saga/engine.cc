@@ -1,0 +1,704 @@
+#include "saga/engine.h"
+
+#include <atomic>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <random>
+#include <thread>
+
+#include "compensation/rollback.h"
+#include "saga/machines.h"
+#include "saga/states.h"
+
+#include "common/failpoint.h"
+
+namespace idem {
+namespace {
+
+using storage::JournalEntry;
+using storage::SagaRecord;
+using storage::StepRecord;
+using storage::WriteBatch;
+
+enum class StepEnd { kSucceeded, kFailed, kParked };
+enum class UndoEnd { kUndone, kParked };
+
+// Drives one saga. Holds the in-memory copy of its record, which every
+// Commit keeps equal to what the store holds.
+class SagaRun {
+ public:
+  SagaRun(storage::Store* store, const ToolRegistry* tools, const EngineOptions& options,
+          SagaRecord record, SagaSpec spec)
+      : store_(store),
+        tools_(tools),
+        options_(options),
+        rec_(std::move(record)),
+        spec_(std::move(spec)),
+        rng_(options.seed ^ std::hash<std::string>()(rec_.summary.saga_id)) {
+    for (const StepSpec& s : spec_.steps) compensable_.push_back(s.compensate.has_value());
+    park_reason_ = rec_.summary.reason;  // a resumed rollback keeps its cause
+  }
+
+  Status Drive();
+  const SagaRecord& record() const { return rec_; }
+
+ private:
+  // ---- journal
+  JournalEntry Entry(const std::string& step_id, const std::string& event, Json data) {
+    JournalEntry e;
+    e.saga_id = rec_.summary.saga_id;
+    e.step_id = step_id;
+    e.event = event;
+    e.data = std::move(data);
+    e.at_ms = options_.clock->NowMs();
+    return e;
+  }
+  Status Commit(WriteBatch batch);
+  Status CommitStep(const StepRecord& st, const std::string& event, Json data,
+                    std::vector<storage::EffectRecord> effects = {});
+
+  // ---- saga level
+  Status FireSaga(SagaEvent event, std::deque<SagaCommand>* queue);
+  Status RunNextStep(std::deque<SagaCommand>* queue);
+  Status UndoNextStep(std::deque<SagaCommand>* queue);
+
+  // ---- step level
+  Result<StepEnd> DriveStep(int index, bool rolling_back);
+  Result<UndoEnd> DriveUndo(int index);
+  Result<Json> ResolveArgs(int index, const Json& templ, const std::string& where);
+  Json Context() const;
+  StepEvent ClassifyFailure(const StepSpec& spec, Tool* tool, const StepRecord& st,
+                            const ToolOutcome& outcome, bool rolling_back);
+  StepEvent ResolveUnknown(const StepSpec& spec, Tool* tool, StepRecord* st, ToolOutcome* out,
+                           bool rolling_back);
+
+  storage::Store* store_;
+  const ToolRegistry* tools_;
+  const EngineOptions& options_;
+  SagaRecord rec_;
+  SagaSpec spec_;
+  std::vector<bool> compensable_;
+  std::mt19937_64 rng_;
+  std::string park_reason_;
+};
+
+Status SagaRun::Commit(WriteBatch batch) {
+  batch.saga_id = rec_.summary.saga_id;
+  IDEM_RETURN_IF_ERROR(store_->Commit(batch));
+  for (const StepRecord& st : batch.steps) rec_.steps[st.index] = st;
+  if (batch.saga_state) {
+    rec_.summary.state = *batch.saga_state;
+    rec_.summary.reason = batch.saga_reason;
+  }
+  if (options_.observer) {
+    for (const JournalEntry& e : batch.journal) options_.observer(e);
+  }
+  return Status::Ok();
+}
+
+Status SagaRun::CommitStep(const StepRecord& st, const std::string& event, Json data,
+                           std::vector<storage::EffectRecord> effects) {
+  StepRecord copy = st;
+  copy.updated_ms = options_.clock->NowMs();
+  WriteBatch b;
+  b.steps.push_back(copy);
+  b.journal.push_back(Entry(st.step_id, event, std::move(data)));
+  b.effects = std::move(effects);
+  return Commit(std::move(b));
+}
+
+Status SagaRun::Drive() {
+  auto state = ParseSagaState(rec_.summary.state);
+  if (!state) return Status::Internal("saga has an unknown state \"" + rec_.summary.state + "\"");
+  SagaMachine saga(*state);
+  std::deque<SagaCommand> queue;
+  switch (*state) {
+    case SagaState::kPending: {
+      auto cmds = saga.Fire(SagaEvent::kStarted);
+      if (!cmds.ok()) return cmds.status();
+      WriteBatch b;
+      b.saga_state = SagaStateName(saga.state());
+      b.journal.push_back(Entry("", "saga_started", Json::object()));
+      IDEM_RETURN_IF_ERROR(Commit(std::move(b)));
+      IDEM_FAILPOINT("saga.after_start");
+      queue.assign(cmds->begin(), cmds->end());
+      break;
+    }
+    case SagaState::kRunning:
+      queue.push_back(SagaCommand::kRunNextStep);
+      break;
+    case SagaState::kCompensating:
+      queue.push_back(SagaCommand::kUndoNextStep);
+      break;
+    default:
+      return Status::Ok();  // terminal, parked or waiting: nothing to drive
+  }
+
+  while (!queue.empty()) {
+    SagaCommand cmd = queue.front();
+    queue.pop_front();
+    switch (cmd) {
+      case SagaCommand::kRunNextStep:
+        IDEM_RETURN_IF_ERROR(RunNextStep(&queue));
+        break;
+      case SagaCommand::kUndoNextStep:
+        IDEM_RETURN_IF_ERROR(UndoNextStep(&queue));
+        break;
+      default:  // FireSaga commits terminal and parked states itself
+        return Status::Internal(std::string("unexpected saga command ") + SagaCommandName(cmd));
+    }
+  }
+  return Status::Ok();
+}
+
+// Fires a saga event; terminal and parked states are committed here, with
+// the failpoints around the terminal commit.
+Status SagaRun::FireSaga(SagaEvent event, std::deque<SagaCommand>* queue) {
+  auto current = ParseSagaState(rec_.summary.state);
+  if (!current) return Status::Internal("saga has an unknown state");
+  SagaMachine saga(*current);
+  auto cmds = saga.Fire(event);
+  if (!cmds.ok()) return cmds.status();
+  std::string next = SagaStateName(saga.state());
+  for (SagaCommand c : *cmds) {
+    if (c == SagaCommand::kRecordTerminal || c == SagaCommand::kRecordParked) {
+      WriteBatch b;
+      b.saga_state = next;
+      // Why it ended anywhere but succeeded: kept on the saga for `status`.
+      b.saga_reason = next == SagaStateName(SagaState::kSucceeded) ? "" : park_reason_;
+      Json data = Json::object();
+      if (!b.saga_reason.empty()) data["reason"] = b.saga_reason;
+      b.journal.push_back(Entry("", "saga_" + next, data));
+      IDEM_FAILPOINT("saga.before_terminal");
+      IDEM_RETURN_IF_ERROR(Commit(std::move(b)));
+      IDEM_FAILPOINT("saga.after_terminal");
+    } else if (next != rec_.summary.state) {
+      WriteBatch b;
+      b.saga_state = next;
+      Json data = Json::object();
+      if (next == "compensating") {
+        data["reason"] = park_reason_;
+        Json skipped = Json::array();
+        for (int i : compensation::SkippedByRollback(rec_.steps, compensable_)) {
+          skipped.push_back(
+              {{"step", rec_.steps[i].step_id}, {"reason", spec_.steps[i].no_compensation_reason}});
+        }
+        data["not_compensated"] = skipped;
+        b.saga_reason = park_reason_;
+      }
+      b.journal.push_back(Entry("", "saga_" + next, data));
+      IDEM_RETURN_IF_ERROR(Commit(std::move(b)));
+      queue->push_back(c);
+    } else {
+      queue->push_back(c);
+    }
+  }
+  return Status::Ok();
+}
+
+Status SagaRun::RunNextStep(std::deque<SagaCommand>* queue) {
+  int n = static_cast<int>(rec_.steps.size());
+  int i = 0;
+  while (i < n && rec_.steps[i].state == "succeeded") ++i;
+  if (i == n) return FireSaga(SagaEvent::kStepCompletedLast, queue);
+  auto end = DriveStep(i, /*rolling_back=*/false);
+  if (!end.ok()) return end.status();
+  switch (*end) {
+    case StepEnd::kSucceeded:
+      return FireSaga(i + 1 == n ? SagaEvent::kStepCompletedLast : SagaEvent::kStepCompletedMore,
+                      queue);
+    case StepEnd::kFailed:
+      park_reason_ = "step " + rec_.steps[i].step_id + " failed: " + rec_.steps[i].error;
+      return FireSaga(compensation::HasEffectsToUndo(rec_.steps, compensable_)
+                          ? SagaEvent::kStepFailedUndo
+                          : SagaEvent::kStepFailedNothing,
+                      queue);
+    case StepEnd::kParked:
+      park_reason_ = "step " + rec_.steps[i].step_id + ": " + rec_.steps[i].error;
+      return FireSaga(SagaEvent::kStepParked, queue);
+  }
+  return Status::Internal("unreachable");
+}
+
+Status SagaRun::UndoNextStep(std::deque<SagaCommand>* queue) {
+  auto item = compensation::NextUndo(rec_.steps, compensable_);
+  if (!item) return FireSaga(SagaEvent::kUndoCompletedLast, queue);
+  int i = item->index;
+  if (item->action == compensation::UndoAction::kResolveFirst) {
+    auto end = DriveStep(i, /*rolling_back=*/true);
+    if (!end.ok()) return end.status();
+    if (*end == StepEnd::kParked) {
+      park_reason_ = "rollback: step " + rec_.steps[i].step_id + ": " + rec_.steps[i].error;
+      return FireSaga(SagaEvent::kUndoParked, queue);
+    }
+    if (*end == StepEnd::kFailed) {
+      // Resolved as never applied: a null compensation, no undo call.
+      WriteBatch b;
+      b.journal.push_back(Entry(rec_.steps[i].step_id, "null_compensation",
+                                {{"reason", "the action never took effect"}}));
+      IDEM_RETURN_IF_ERROR(Commit(std::move(b)));
+    }
+    // Succeeded or failed: look again (it may now need its compensation).
+    queue->push_back(SagaCommand::kUndoNextStep);
+    return Status::Ok();
+  }
+  if (item->action == compensation::UndoAction::kParked) {
+    park_reason_ = "rollback: step " + rec_.steps[i].step_id + ": " + rec_.steps[i].error;
+    return FireSaga(SagaEvent::kUndoParked, queue);
+  }
+  auto end = DriveUndo(i);
+  if (!end.ok()) return end.status();
+  if (*end == UndoEnd::kParked) {
+    park_reason_ =
+        "compensation of step " + rec_.steps[i].step_id + " failed: " + rec_.steps[i].error;
+    return FireSaga(SagaEvent::kUndoParked, queue);
+  }
+  bool more = compensation::NextUndo(rec_.steps, compensable_).has_value();
+  return FireSaga(more ? SagaEvent::kUndoCompletedMore : SagaEvent::kUndoCompletedLast, queue);
+}
+
+Json SagaRun::Context() const {
+  Json steps = Json::object();
+  for (const StepRecord& st : rec_.steps) {
+    steps[st.step_id] = {{"args", st.args}, {"result", st.result}};
+  }
+  return {{"input", rec_.input}, {"steps", steps}};
+}
+
+Result<Json> SagaRun::ResolveArgs(int index, const Json& templ, const std::string& where) {
+  return ResolveTemplates(templ, Context(), where);
+}
+
+// A definite failure: keyed retry where policy and the tool allow it.
+// Write tools retry at most once, and only when the tool honours keys or a
+// status lookup confirms the key was not applied.
+StepEvent SagaRun::ClassifyFailure(const StepSpec& spec, Tool* tool, const StepRecord& st,
+                                   const ToolOutcome& outcome, bool rolling_back) {
+  if (rolling_back || !outcome.retryable || st.attempt >= spec.retry.max_attempts) {
+    return StepEvent::kFailedFinal;
+  }
+  const ToolInfo& info = tool->info();
+  bool write = info.effect == EffectClass::kWrite || info.effect == EffectClass::kIrreversible;
+  if (!write || info.honours_keys) return StepEvent::kFailedRetryable;
+  if (info.has_status) {
+    LookupOutcome look = tool->Lookup(st.step_key);
+    if (look.kind == LookupKind::kNotApplied) return StepEvent::kFailedRetryable;
+  }
+  return StepEvent::kFailedFinal;
+}
+
+// An unknown outcome: status lookup, else a same-key retry where the tool
+// honours keys, else a person. Never a fresh call.
+StepEvent SagaRun::ResolveUnknown(const StepSpec& spec, Tool* tool, StepRecord* st,
+                                  ToolOutcome* out, bool rolling_back) {
+  const ToolInfo& info = tool->info();
+  bool attempts_left = st->attempt < std::max(spec.retry.max_attempts, 2);
+  if (info.has_status) {
+    std::string last_error;
+    for (int n = 1; n <= options_.lookup_attempts; ++n) {
+      LookupOutcome look = tool->Lookup(st->step_key);
+      if (look.kind == LookupKind::kApplied) {
+        *out = ToolOutcome::Succeeded(look.result, look.external_ref);
+        out->error = "resolved_by_status";
+        return StepEvent::kResolvedApplied;
+      }
+      if (look.kind == LookupKind::kNotApplied) {
+        if (!rolling_back && attempts_left) return StepEvent::kResolvedRetry;
+        st->error = "status lookup: key " + st->step_key + " was not applied";
+        return StepEvent::kResolvedNotApplied;
+      }
+      last_error = look.error;
+      if (n < options_.lookup_attempts) {
+        options_.clock->SleepMs(options_.lookup_backoff.BackoffMs(n + 1, rng_));
+      }
+    }
+    st->error = "outcome unknown; status lookup kept failing: " + last_error;
+    return StepEvent::kUnresolvable;
+  }
+  if (info.honours_keys || info.effect == EffectClass::kRead ||
+      info.effect == EffectClass::kIdempotent) {
+    if (attempts_left) return StepEvent::kResolvedRetry;
+    st->error = "outcome still unknown after " + std::to_string(st->attempt) +
+                " same-key attempts: " + out->error;
+    return StepEvent::kUnresolvable;
+  }
+  st->error = "outcome unknown (" + out->error + ") and tool " + info.name +
+              " has neither a status lookup nor idempotency keys: a person must check key " +
+              st->step_key;
+  return StepEvent::kUnresolvable;
+}
+
+Result<StepEnd> SagaRun::DriveStep(int index, bool rolling_back) {
+  StepRecord st = rec_.steps[index];
+  const StepSpec& spec = spec_.steps[index];
+  Tool* tool = tools_->Find(spec.tool);
+  if (tool == nullptr)
+    return Status::FailedPrecondition("tool \"" + spec.tool + "\" is not registered");
+  auto parsed = ParseStepState(st.state);
+  if (!parsed) return Status::Internal("step has an unknown state \"" + st.state + "\"");
+  StepMachine m(*parsed);
+
+  std::deque<StepCommand> queue;
+  ToolOutcome outcome;
+  auto fire = [&](StepEvent e) -> Status {
+    auto cmds = m.Fire(e);
+    if (!cmds.ok()) return cmds.status();
+    st.state = StepStateName(m.state());
+    queue.insert(queue.end(), cmds->begin(), cmds->end());
+    return Status::Ok();
+  };
+
+  switch (m.state()) {
+    case StepState::kSucceeded:
+      return StepEnd::kSucceeded;
+    case StepState::kFailed:
+      return StepEnd::kFailed;
+    case StepState::kNeedsAttention:
+      return StepEnd::kParked;
+    case StepState::kPlanned: {
+      auto args = ResolveArgs(index, spec.args, "steps[" + std::to_string(index) + "].args");
+      if (!args.ok()) {
+        st.error = args.status().message();
+        IDEM_RETURN_IF_ERROR(fire(StepEvent::kFailedFinal));
+        break;  // queue holds kRecordFailed
+      }
+      st.args = *args;
+      st.args_fingerprint = Fingerprint(st.args);
+      st.attempt = 1;
+      IDEM_FAILPOINT("step.before_submitted");
+      IDEM_RETURN_IF_ERROR(fire(StepEvent::kSubmitted));
+      IDEM_RETURN_IF_ERROR(CommitStep(st, "submitted",
+                                      {{"attempt", st.attempt},
+                                       {"key", st.step_key},
+                                       {"tool", spec.tool},
+                                       {"args_fingerprint", st.args_fingerprint}}));
+      IDEM_FAILPOINT("step.after_submitted");
+      break;
+    }
+    case StepState::kSubmitted: {
+      // Found after a crash: the call may have happened.
+      outcome = ToolOutcome::Unknown("recovered: submitted without a recorded outcome");
+      IDEM_RETURN_IF_ERROR(fire(StepEvent::kOutcomeUnknown));
+      IDEM_RETURN_IF_ERROR(CommitStep(st, "unknown", {{"reason", outcome.error}}));
+      IDEM_FAILPOINT("unknown.after_recorded");
+      break;
+    }
+    case StepState::kUnknown:
+      outcome = ToolOutcome::Unknown("recovered: outcome unknown");
+      queue.push_back(StepCommand::kResolveOutcome);
+      break;
+    default:
+      return Status::FailedPrecondition(std::string("step ") + st.step_id + " is " + st.state +
+                                        ", not runnable");
+  }
+
+  while (!queue.empty()) {
+    StepCommand cmd = queue.front();
+    queue.pop_front();
+    switch (cmd) {
+      case StepCommand::kCallTool: {
+        ToolCall call{spec.tool,  st.step_key,          st.args,
+                      st.attempt, rec_.summary.saga_id, st.step_id};
+        outcome = tool->Invoke(call);
+        IDEM_FAILPOINT("step.after_call");
+        switch (outcome.kind) {
+          case OutcomeKind::kSucceeded:
+            IDEM_RETURN_IF_ERROR(fire(StepEvent::kSucceeded));
+            break;
+          case OutcomeKind::kFailed:
+            st.error = outcome.error;
+            IDEM_RETURN_IF_ERROR(fire(ClassifyFailure(spec, tool, st, outcome, rolling_back)));
+            break;
+          case OutcomeKind::kUnknown:
+            st.error = outcome.error;
+            IDEM_RETURN_IF_ERROR(fire(StepEvent::kOutcomeUnknown));
+            IDEM_RETURN_IF_ERROR(CommitStep(st, "unknown", {{"reason", outcome.error}}));
+            IDEM_FAILPOINT("unknown.after_recorded");
+            break;
+        }
+        break;
+      }
+      case StepCommand::kResolveOutcome: {
+        StepEvent e = ResolveUnknown(spec, tool, &st, &outcome, rolling_back);
+        IDEM_RETURN_IF_ERROR(fire(e));
+        break;
+      }
+      case StepCommand::kScheduleRetry: {
+        int64_t wait = spec.retry.BackoffMs(st.attempt + 1, rng_);
+        options_.clock->SleepMs(wait);
+        ++st.attempt;
+        IDEM_RETURN_IF_ERROR(CommitStep(st, "submitted",
+                                        {{"attempt", st.attempt},
+                                         {"key", st.step_key},
+                                         {"retry_after_ms", wait},
+                                         {"previous_error", st.error}}));
+        IDEM_FAILPOINT("step.after_submitted");
+        queue.push_back(StepCommand::kCallTool);
+        break;
+      }
+      case StepCommand::kRecordSucceeded: {
+        st.result = outcome.result;
+        st.external_ref = outcome.external_ref;
+        bool by_status = outcome.error == "resolved_by_status";
+        st.error.clear();
+        storage::EffectRecord eff;
+        eff.saga_id = rec_.summary.saga_id;
+        eff.step_id = st.step_id;
+        eff.kind = "action";
+        eff.tool = spec.tool;
+        eff.idempotency_key = st.step_key;
+        eff.result = st.result;
+        eff.external_ref = st.external_ref;
+        eff.at_ms = options_.clock->NowMs();
+        Json data = {{"attempt", st.attempt}, {"result", st.result}};
+        if (!st.external_ref.empty()) data["external_ref"] = st.external_ref;
+        if (by_status) data["resolved_by"] = "status_lookup";
+        IDEM_RETURN_IF_ERROR(CommitStep(st, "succeeded", data, {eff}));
+        IDEM_FAILPOINT("step.after_outcome");
+        return StepEnd::kSucceeded;
+      }
+      case StepCommand::kRecordFailed: {
+        IDEM_RETURN_IF_ERROR(
+            CommitStep(st, "failed", {{"attempt", st.attempt}, {"error", st.error}}));
+        IDEM_FAILPOINT("step.after_outcome");
+        return StepEnd::kFailed;
+      }
+      case StepCommand::kParkStep: {
+        IDEM_RETURN_IF_ERROR(CommitStep(st, "needs_attention", {{"reason", st.error}}));
+        return StepEnd::kParked;
+      }
+      default:
+        return Status::Internal(std::string("unexpected step command ") + StepCommandName(cmd));
+    }
+  }
+  return Status::Internal("step drive ended without an outcome");
+}
+
+Result<UndoEnd> SagaRun::DriveUndo(int index) {
+  StepRecord st = rec_.steps[index];
+  const StepSpec& spec = spec_.steps[index];
+  const CompensationSpec& comp = *spec.compensate;
+  Tool* tool = tools_->Find(comp.tool);
+  if (tool == nullptr)
+    return Status::FailedPrecondition("tool \"" + comp.tool + "\" is not registered");
+  auto parsed = ParseStepState(st.state);
+  if (!parsed) return Status::Internal("step has an unknown state \"" + st.state + "\"");
+  StepMachine m(*parsed);
+  const std::string key = compensation::CompensationKey(st.step_key);
+  const ToolInfo& info = tool->info();
+  bool same_key_safe = info.honours_keys || info.effect == EffectClass::kIdempotent ||
+                       info.effect == EffectClass::kRead;
+
+  std::deque<StepCommand> queue;
+  ToolOutcome outcome;
+  auto fire = [&](StepEvent e) -> Status {
+    auto cmds = m.Fire(e);
+    if (!cmds.ok()) return cmds.status();
+    st.state = StepStateName(m.state());
+    queue.insert(queue.end(), cmds->begin(), cmds->end());
+    return Status::Ok();
+  };
+
+  auto args = ResolveArgs(index, comp.args, "steps[" + std::to_string(index) + "].compensate.args");
+
+  switch (m.state()) {
+    case StepState::kSucceeded: {
+      if (!args.ok()) {
+        return Status::Internal(args.status().message());  // the spec checker forbids this
+      }
+      IDEM_FAILPOINT("compensation.before_submitted");
+      IDEM_RETURN_IF_ERROR(fire(StepEvent::kRollbackStarted));
+      st.comp_attempt = 1;
+      IDEM_RETURN_IF_ERROR(
+          CommitStep(st, "compensation_submitted",
+                     {{"attempt", st.comp_attempt}, {"key", key}, {"tool", comp.tool}}));
+      IDEM_FAILPOINT("compensation.after_submitted");
+      break;
+    }
+    case StepState::kCompensating: {
+      // Found after a crash: the undo may have happened.
+      if (info.has_status) {
+        LookupOutcome look = tool->Lookup(key);
+        if (look.kind == LookupKind::kApplied) {
+          outcome = ToolOutcome::Succeeded(look.result, look.external_ref);
+          IDEM_RETURN_IF_ERROR(fire(StepEvent::kUndone));
+          break;
+        }
+      }
+      if (!same_key_safe && !info.has_status) {
+        st.error = "compensation outcome unknown after a crash and " + comp.tool +
+                   " has neither a status lookup nor idempotency keys";
+        IDEM_RETURN_IF_ERROR(fire(StepEvent::kUndoFailedFinal));
+        break;
+      }
+      queue.push_back(StepCommand::kCallCompensation);
+      break;
+    }
+    case StepState::kCompensated:
+      return UndoEnd::kUndone;
+    default:
+      return UndoEnd::kParked;
+  }
+  if (!args.ok()) return Status::Internal(args.status().message());
+
+  while (!queue.empty()) {
+    StepCommand cmd = queue.front();
+    queue.pop_front();
+    switch (cmd) {
+      case StepCommand::kCallCompensation: {
+        ToolCall call{comp.tool, key, *args, st.comp_attempt, rec_.summary.saga_id, st.step_id};
+        outcome = tool->Invoke(call);
+        IDEM_FAILPOINT("compensation.after_call");
+        if (outcome.kind == OutcomeKind::kSucceeded) {
+          IDEM_RETURN_IF_ERROR(fire(StepEvent::kUndone));
+          break;
+        }
+        st.error = outcome.error;
+        bool retry = st.comp_attempt < comp.retry.max_attempts &&
+                     ((outcome.kind == OutcomeKind::kFailed && outcome.retryable) ||
+                      (outcome.kind == OutcomeKind::kUnknown && same_key_safe));
+        if (!retry && outcome.kind == OutcomeKind::kUnknown && !same_key_safe) {
+          st.error = "compensation outcome unknown (" + outcome.error + ") and " + comp.tool +
+                     " cannot be retried safely";
+        } else if (!retry && st.comp_attempt >= comp.retry.max_attempts) {
+          st.error =
+              "gave up after " + std::to_string(st.comp_attempt) + " attempts: " + outcome.error;
+        }
+        IDEM_RETURN_IF_ERROR(
+            fire(retry ? StepEvent::kUndoFailedRetryable : StepEvent::kUndoFailedFinal));
+        break;
+      }
+      case StepCommand::kScheduleUndoRetry: {
+        int64_t wait = comp.retry.BackoffMs(st.comp_attempt + 1, rng_);
+        options_.clock->SleepMs(wait);
+        ++st.comp_attempt;
+        IDEM_RETURN_IF_ERROR(CommitStep(st, "compensation_submitted",
+                                        {{"attempt", st.comp_attempt},
+                                         {"key", key},
+                                         {"retry_after_ms", wait},
+                                         {"previous_error", st.error}}));
+        IDEM_FAILPOINT("compensation.after_submitted");
+        queue.push_back(StepCommand::kCallCompensation);
+        break;
+      }
+      case StepCommand::kRecordUndone: {
+        st.comp_result = outcome.result;
+        st.error.clear();
+        storage::EffectRecord eff;
+        eff.saga_id = rec_.summary.saga_id;
+        eff.step_id = st.step_id;
+        eff.kind = "compensation";
+        eff.tool = comp.tool;
+        eff.idempotency_key = key;
+        eff.result = outcome.result;
+        eff.external_ref = outcome.external_ref;
+        eff.at_ms = options_.clock->NowMs();
+        IDEM_RETURN_IF_ERROR(CommitStep(
+            st, "compensated", {{"attempt", st.comp_attempt}, {"result", outcome.result}}, {eff}));
+        IDEM_FAILPOINT("compensation.after_outcome");
+        return UndoEnd::kUndone;
+      }
+      case StepCommand::kParkStep: {
+        IDEM_RETURN_IF_ERROR(CommitStep(st, "compensation_failed",
+                                        {{"attempt", st.comp_attempt}, {"reason", st.error}}));
+        return UndoEnd::kParked;
+      }
+      default:
+        return Status::Internal(std::string("unexpected undo command ") + StepCommandName(cmd));
+    }
+  }
+  return Status::Internal("undo drive ended without an outcome");
+}
+
+}  // namespace
+
+std::string StepKey(const std::string& saga_id, const std::string& step_id) {
+  return saga_id + "/" + step_id;
+}
+
+Engine::Engine(storage::Store* store, const ToolRegistry* tools, EngineOptions options)
+    : store_(store), tools_(tools), options_(std::move(options)) {}
+
+Result<SubmitResult> Engine::Submit(const SagaSpec& spec, const Json& input,
+                                    const std::string& intent_key) {
+  if (intent_key.empty()) return Status::InvalidArgument("intent key: must not be empty");
+  if (intent_key.size() > 255) return Status::InvalidArgument("intent key: longer than 255 bytes");
+  if (!input.is_object()) return Status::InvalidArgument("input: expected a JSON object");
+  storage::NewSaga ns;
+  ns.saga_id = NewId("sg_");
+  ns.intent_key = intent_key;
+  ns.fingerprint = Fingerprint({{"spec", spec.raw}, {"input", input}});
+  ns.spec_name = spec.name;
+  ns.spec = spec.raw;
+  ns.input = input;
+  ns.state = SagaStateName(SagaState::kPending);
+  ns.created_ms = options_.clock->NowMs();
+  for (size_t i = 0; i < spec.steps.size(); ++i) {
+    storage::NewStep s;
+    s.index = static_cast<int>(i);
+    s.step_id = spec.steps[i].id;
+    s.tool = spec.steps[i].tool;
+    s.step_key = StepKey(ns.saga_id, s.step_id);
+    s.state = StepStateName(StepState::kPlanned);
+    ns.steps.push_back(s);
+  }
+  storage::JournalEntry created;
+  created.saga_id = ns.saga_id;
+  created.event = "saga_created";
+  created.data = {{"intent_key", intent_key}, {"spec", spec.name}, {"fingerprint", ns.fingerprint}};
+  created.at_ms = ns.created_ms;
+  ns.journal.push_back(created);
+  IDEM_FAILPOINT("intent.before_commit");
+  auto out = store_->CreateIntent(ns);
+  if (!out.ok()) return out.status();
+  IDEM_FAILPOINT("intent.after_commit");
+  if (out->created && options_.observer) options_.observer(created);
+  return SubmitResult{out->saga_id, out->created};
+}
+
+Result<SagaRecord> Engine::Run(const std::string& saga_id) {
+  auto rec = store_->LoadSaga(saga_id);
+  if (!rec.ok()) return rec.status();
+  auto spec = ParseSpec(rec->spec, *tools_);
+  if (!spec.ok()) {
+    return Status::FailedPrecondition(
+        "saga " + saga_id + ": its frozen spec no longer validates: " + spec.status().message());
+  }
+  if (spec->steps.size() != rec->steps.size()) {
+    return Status::Internal("saga " + saga_id + ": spec and journal disagree on the steps");
+  }
+  SagaRun run(store_, tools_, options_, std::move(rec).value(), std::move(spec).value());
+  IDEM_RETURN_IF_ERROR(run.Drive());
+  return run.record();
+}
+
+Result<RecoveryReport> Engine::Recover(int concurrency) {
+  storage::SagaFilter filter;
+  filter.states = {SagaStateName(SagaState::kPending), SagaStateName(SagaState::kRunning),
+                   SagaStateName(SagaState::kCompensating)};
+  filter.limit = 1'000'000;
+  auto list = store_->ListSagas(filter);
+  if (!list.ok()) return list.status();
+  RecoveryReport report;
+  std::mutex mu;
+  std::atomic<size_t> next{0};
+  auto worker = [&] {
+    for (size_t i = next++; i < list->size(); i = next++) {
+      const std::string& id = (*list)[i].saga_id;
+      auto r = Run(id);
+      std::lock_guard<std::mutex> lock(mu);
+      ++report.resumed;
+      report.saga_ids.push_back(id);
+      if (!r.ok()) report.errors.push_back(id + ": " + r.status().ToString());
+    }
+  };
+  int n = std::max(1, std::min<int>(concurrency, static_cast<int>(list->size())));
+  std::vector<std::thread> threads;
+  for (int t = 1; t < n; ++t) threads.emplace_back(worker);
+  worker();
+  for (auto& t : threads) t.join();
+  return report;
+}
+
+}  // namespace idem

@@ -1,0 +1,87 @@
+#pragma once
+// Engine: submits intents and drives sagas to a terminal or parked state.
+//
+// The journal-first protocol (docs/architecture.md): before a tool is called,
+// the step's key, argument fingerprint and attempt are committed as
+// `submitted`; the outcome is committed after. An `unknown` outcome (or a
+// `submitted` step found after a crash) is resolved through the tool's
+// status lookup or a same-key retry where the tool honours keys; otherwise
+// the step is parked `needs_attention`. It is never turned into a fresh call.
+// A definite failure gets a keyed retry where policy allows, else the saga
+// rolls back: completed effects are compensated in reverse order, each
+// compensation with its own key and bounded, backed-off retries; one that
+// keeps failing parks the saga with its reason.
+//
+// Every state change goes through the saga and step machines
+// (saga/machines.h); the engine carries out the commands they emit.
+//
+// Thread safety: Submit, Run and Recover may be called from several threads,
+// but one saga must be driven by one thread at a time (a single process
+// owns its SQLite journal; multi-process ownership comes with leases).
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "saga/spec.h"
+#include "storage/store.h"
+#include "tools/tool.h"
+
+#include "common/clock.h"
+
+namespace idem {
+
+struct EngineOptions {
+  Clock* clock = SystemClock::Get();
+  /// Seeds backoff jitter (per saga: seed ^ hash(saga id)).
+  uint64_t seed = 0x1de3;
+  /// Called after each journal entry commits, from the driving thread.
+  std::function<void(const storage::JournalEntry&)> observer;
+  /// Status lookups tried (with backoff) before an unknown outcome is parked.
+  int lookup_attempts = 5;
+  /// Backoff between status lookups.
+  RetryPolicy lookup_backoff{5, 50, 2'000};
+};
+
+struct SubmitResult {
+  std::string saga_id;
+  bool created = false;  ///< false: the intent existed with the same content
+};
+
+struct RecoveryReport {
+  int resumed = 0;
+  std::vector<std::string> saga_ids;
+  std::vector<std::string> errors;  ///< sagas that could not be driven, with why
+};
+
+class Engine {
+ public:
+  /// Neither pointer is owned; both must outlive the engine.
+  Engine(storage::Store* store, const ToolRegistry* tools, EngineOptions options = {});
+
+  /// Records the intent and its saga (pending). The same intent key with the
+  /// same spec and input returns the existing saga; with other content,
+  /// kConflict. An empty key is kInvalidArgument.
+  Result<SubmitResult> Submit(const SagaSpec& spec, const Json& input,
+                              const std::string& intent_key);
+
+  /// Drives the saga until it is terminal, parked (needs_attention) or
+  /// waiting; returns its final record. A store error stops the drive and is
+  /// returned; the journal then says where to resume.
+  Result<storage::SagaRecord> Run(const std::string& saga_id);
+
+  /// Resumes every pending, running or compensating saga, `concurrency` at
+  /// a time.
+  Result<RecoveryReport> Recover(int concurrency = 4);
+
+ private:
+  storage::Store* store_;
+  const ToolRegistry* tools_;
+  EngineOptions options_;
+};
+
+/// The idempotency key of a step: stable across attempts, processes and
+/// restarts, unique per (saga, step).
+std::string StepKey(const std::string& saga_id, const std::string& step_id);
+
+}  // namespace idem

@@ -1,0 +1,68 @@
+#pragma once
+// Saga specs: parsing, validation and argument templates.
+//
+// A spec is JSON checked against schema/saga.schema.json (valijson) and then
+// by semantic checks: unique step ids, references only to the input and to
+// earlier steps, known tools, a compensation (or `"compensate": null` with a
+// `reason`) for every write step, retry policies within bounds. Errors name
+// the place: `steps[2].compensate.tool: unknown tool "flights.cancle"`.
+//
+// Templates: a string that is exactly "${path}" is replaced by the JSON value
+// at path (any type); "${path}" inside a longer string is replaced by the
+// value's text. Paths: input.a.b, steps.<id>.args.x, steps.<id>.result.x.
+// A step's args may reference the input and earlier steps; its compensation
+// may also reference the step itself.
+//
+// Thread safety: functions are pure.
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tools/tool.h"
+
+#include "common/json_util.h"
+#include "common/status.h"
+
+namespace idem {
+
+struct CompensationSpec {
+  std::string tool;
+  Json args = Json::object();
+  RetryPolicy retry = RetryPolicy::DefaultCompensation();
+};
+
+struct StepSpec {
+  std::string id;
+  std::string tool;
+  Json args = Json::object();
+  EffectClass effect = EffectClass::kWrite;  ///< from the registry
+  RetryPolicy retry;                         ///< class default or the spec's override
+  std::optional<CompensationSpec> compensate;
+  std::string no_compensation_reason;  ///< when "compensate": null
+};
+
+struct SagaSpec {
+  std::string name;
+  int version = 1;
+  std::string description;
+  std::vector<StepSpec> steps;
+  Json raw;  ///< the document as given
+};
+
+/// Validates and parses a spec document against the tools in `tools`.
+Result<SagaSpec> ParseSpec(const Json& doc, const ToolRegistry& tools);
+
+/// Parses JSON text, then ParseSpec. `where` names the source in errors.
+Result<SagaSpec> ParseSpecText(const std::string& text, const ToolRegistry& tools,
+                               const std::string& where = "spec");
+
+/// The JSON Schema text (schema/saga.schema.json, compiled in).
+const std::string& SagaSchemaText();
+
+/// Resolves templates in `templ` against `context`, a document of the shape
+/// {"input": ..., "steps": {"<id>": {"args": ..., "result": ...}}}.
+/// `where` prefixes errors ("steps[1].args").
+Result<Json> ResolveTemplates(const Json& templ, const Json& context, const std::string& where);
+
+}  // namespace idem

@@ -1,0 +1,728 @@
+#include "storage/sqlite_store.h"
+
+#include <algorithm>
+#include <array>
+#include <cctype>
+#include <exception>
+#include <set>
+#include <stdexcept>
+#include <utility>
+
+#include <sqlite3.h>
+
+#include "common/clock.h"
+#include <SQLiteCpp/Database.h>
+#include <SQLiteCpp/Exception.h>
+#include <SQLiteCpp/Statement.h>
+#include <SQLiteCpp/Transaction.h>
+
+namespace idem::storage {
+namespace {
+
+// ---- Schema -----------------------------------------------------------------
+//
+// kMigrations[i] takes the database from version i to version i + 1. Append
+// new scripts at the end; never edit one that has shipped.
+//
+// String columns are NOT NULL ('' for "none"); JSON columns hold canonical
+// text (CanonicalJson) or SQL NULL for a JSON null.
+constexpr std::array kMigrations = {
+    // 1: the initial schema.
+    R"sql(
+CREATE TABLE intents (
+  intent_key  TEXT    NOT NULL PRIMARY KEY,
+  fingerprint TEXT    NOT NULL,
+  saga_id     TEXT    NOT NULL UNIQUE,
+  created_ms  INTEGER NOT NULL
+);
+
+CREATE TABLE sagas (
+  saga_id     TEXT    NOT NULL PRIMARY KEY,
+  intent_key  TEXT    NOT NULL UNIQUE REFERENCES intents (intent_key),
+  fingerprint TEXT    NOT NULL,
+  spec_name   TEXT    NOT NULL,
+  spec        TEXT,
+  input       TEXT,
+  state       TEXT    NOT NULL,
+  reason      TEXT    NOT NULL DEFAULT '',
+  created_ms  INTEGER NOT NULL,
+  updated_ms  INTEGER NOT NULL
+);
+CREATE INDEX sagas_by_state ON sagas (state);
+
+CREATE TABLE steps (
+  saga_id          TEXT    NOT NULL REFERENCES sagas (saga_id),
+  idx              INTEGER NOT NULL,
+  step_id          TEXT    NOT NULL,
+  tool             TEXT    NOT NULL,
+  state            TEXT    NOT NULL,
+  attempt          INTEGER NOT NULL DEFAULT 0,
+  step_key         TEXT    NOT NULL UNIQUE,
+  args             TEXT,
+  args_fingerprint TEXT    NOT NULL DEFAULT '',
+  result           TEXT,
+  external_ref     TEXT    NOT NULL DEFAULT '',
+  error            TEXT    NOT NULL DEFAULT '',
+  comp_attempt     INTEGER NOT NULL DEFAULT 0,
+  comp_result      TEXT,
+  updated_ms       INTEGER NOT NULL,
+  PRIMARY KEY (saga_id, idx)
+);
+
+CREATE TABLE journal (
+  seq     INTEGER PRIMARY KEY AUTOINCREMENT,
+  saga_id TEXT    NOT NULL REFERENCES sagas (saga_id),
+  step_id TEXT    NOT NULL DEFAULT '',
+  event   TEXT    NOT NULL,
+  data    TEXT,
+  at_ms   INTEGER NOT NULL
+);
+CREATE INDEX journal_by_saga ON journal (saga_id, seq);
+CREATE TRIGGER journal_no_update BEFORE UPDATE ON journal
+BEGIN
+  SELECT RAISE(ABORT, 'journal is append-only');
+END;
+CREATE TRIGGER journal_no_delete BEFORE DELETE ON journal
+BEGIN
+  SELECT RAISE(ABORT, 'journal is append-only');
+END;
+
+CREATE TABLE effects (
+  idempotency_key TEXT    NOT NULL PRIMARY KEY,
+  saga_id         TEXT    NOT NULL REFERENCES sagas (saga_id),
+  step_id         TEXT    NOT NULL,
+  kind            TEXT    NOT NULL,
+  tool            TEXT    NOT NULL,
+  result          TEXT,
+  external_ref    TEXT    NOT NULL DEFAULT '',
+  at_ms           INTEGER NOT NULL
+);
+CREATE INDEX effects_by_saga ON effects (saga_id);
+CREATE TRIGGER effects_no_update BEFORE UPDATE ON effects
+BEGIN
+  SELECT RAISE(ABORT, 'effects are append-only');
+END;
+CREATE TRIGGER effects_no_delete BEFORE DELETE ON effects
+BEGIN
+  SELECT RAISE(ABORT, 'effects are append-only');
+END;
+)sql",
+};
+
+constexpr int kLatestVersion = static_cast<int>(kMigrations.size());
+
+// The accepted PRAGMA synchronous values, each with its whole statement so
+// that no SQL text is ever assembled from an option string.
+struct SyncMode {
+  const char* name;
+  const char* pragma;
+  int level;  // what PRAGMA synchronous reads back
+};
+constexpr std::array<SyncMode, 4> kSyncModes = {{
+    {"OFF", "PRAGMA synchronous = OFF", 0},
+    {"NORMAL", "PRAGMA synchronous = NORMAL", 1},
+    {"FULL", "PRAGMA synchronous = FULL", 2},
+    {"EXTRA", "PRAGMA synchronous = EXTRA", 3},
+}};
+
+// ---- Error translation ------------------------------------------------------
+
+// Stored data that cannot be decoded (a corrupt JSON column). Thrown inside
+// this file only and translated at the edge, like SQLite::Exception.
+class DataError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+int PrimaryCode(const SQLite::Exception& e) { return e.getErrorCode() & 0xff; }
+
+Status FromSqlite(const std::string& op, const SQLite::Exception& e) {
+  int code = PrimaryCode(e);
+  if (code == SQLITE_BUSY || code == SQLITE_LOCKED) {
+    return Status::Unavailable(op + ": database is busy (" + e.what() + "); retry later");
+  }
+  return Status::Internal(op + ": sqlite error " + std::to_string(e.getExtendedErrorCode()) + ": " +
+                          e.what());
+}
+
+// Runs `body` and turns any exception into a Status: nothing thrown by
+// SQLite, the JSON decoder or the standard library leaves a Store method.
+template <typename R, typename F>
+R Guarded(const std::string& op, F&& body) {
+  try {
+    return body();
+  } catch (const SQLite::Exception& e) {
+    return FromSqlite(op, e);
+  } catch (const DataError& e) {
+    return Status::Internal(op + ": " + e.what());
+  } catch (const std::exception& e) {
+    return Status::Internal(op + ": unexpected error: " + e.what());
+  }
+}
+
+bool IsConstraint(const SQLite::Exception& e) { return PrimaryCode(e) == SQLITE_CONSTRAINT; }
+
+std::string Quote(const std::string& s) { return "\"" + s + "\""; }
+
+// ---- Binding and reading ----------------------------------------------------
+
+void BindJson(SQLite::Statement& st, int index, const Json& value) {
+  if (value.is_null()) {
+    st.bind(index);  // SQL NULL
+  } else {
+    st.bind(index, CanonicalJson(value));
+  }
+}
+
+Json ColumnJson(SQLite::Statement& st, int index, const char* column) {
+  SQLite::Column c = st.getColumn(index);
+  if (c.isNull()) return {};  // JSON null
+  Json value = Json::parse(c.getString(), nullptr, /*allow_exceptions=*/false);
+  if (value.is_discarded()) {
+    throw DataError(std::string("column ") + column + " holds invalid JSON");
+  }
+  return value;
+}
+
+std::string ColumnText(SQLite::Statement& st, int index) {
+  SQLite::Column c = st.getColumn(index);
+  return c.isNull() ? std::string() : c.getString();
+}
+
+bool SagaExists(SQLite::Database& db, const std::string& saga_id) {
+  SQLite::Statement q(db, "SELECT 1 FROM sagas WHERE saga_id = ?");
+  q.bind(1, saga_id);
+  return q.executeStep();
+}
+
+Status SagaNotFound(const std::string& saga_id) {
+  return Status::NotFound("saga " + Quote(saga_id) + " not found");
+}
+
+void InsertJournal(SQLite::Statement& ins, const std::string& saga_id, const JournalEntry& e) {
+  ins.reset();
+  ins.bind(1, saga_id);
+  ins.bind(2, e.step_id);
+  ins.bind(3, e.event);
+  BindJson(ins, 4, e.data);
+  ins.bind(5, static_cast<int64_t>(e.at_ms));
+  ins.exec();
+}
+
+constexpr const char* kInsertJournalSql =
+    "INSERT INTO journal (saga_id, step_id, event, data, at_ms) VALUES (?, ?, ?, ?, ?)";
+
+// ---- Migrations -------------------------------------------------------------
+
+int CurrentVersion(SQLite::Database& db) {
+  SQLite::Statement q(db, "SELECT COALESCE(MAX(version), 0) FROM schema_migrations");
+  q.executeStep();
+  return q.getColumn(0).getInt();
+}
+
+Status TooNew(int version) {
+  return Status::FailedPrecondition("database schema version " + std::to_string(version) +
+                                    " is newer than this build of idem knows (" +
+                                    std::to_string(kLatestVersion) +
+                                    "); upgrade idem before opening it");
+}
+
+// Applies pending migrations, each in its own IMMEDIATE transaction that
+// re-reads the version, so that two processes opening a fresh file at once
+// apply each script exactly once. Returns the resulting version.
+Result<int> Migrate(SQLite::Database& db) {
+  db.exec(
+      "CREATE TABLE IF NOT EXISTS schema_migrations ("
+      " version INTEGER PRIMARY KEY,"
+      " applied_at INTEGER NOT NULL)");
+  int version = CurrentVersion(db);
+  if (version > kLatestVersion) return TooNew(version);
+  while (version < kLatestVersion) {
+    SQLite::Transaction tx(db, SQLite::TransactionBehavior::IMMEDIATE);
+    version = CurrentVersion(db);
+    if (version > kLatestVersion) return TooNew(version);
+    if (version == kLatestVersion) break;  // another process got there first
+    int next = version + 1;
+    db.exec(kMigrations[next - 1]);
+    SQLite::Statement ins(db, "INSERT INTO schema_migrations (version, applied_at) VALUES (?, ?)");
+    ins.bind(1, next);
+    ins.bind(2, static_cast<int64_t>(SystemClock::Get()->NowMs()));
+    ins.exec();
+    tx.commit();
+    version = next;
+  }
+  return version;
+}
+
+std::string ToUpper(std::string s) {
+  std::transform(s.begin(), s.end(), s.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::toupper(c)); });
+  return s;
+}
+
+std::string ToLower(std::string s) {
+  std::transform(s.begin(), s.end(), s.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return s;
+}
+
+const SyncMode* FindSyncMode(const std::string& name) {
+  std::string upper = ToUpper(name);
+  for (const SyncMode& m : kSyncModes) {
+    if (upper == m.name) return &m;
+  }
+  return nullptr;
+}
+
+const char* SyncName(int level) {
+  for (const SyncMode& m : kSyncModes) {
+    if (level == m.level) return m.name;
+  }
+  return "UNKNOWN";
+}
+
+constexpr const char* kSagaColumns =
+    "saga_id, intent_key, spec_name, state, reason, created_ms, updated_ms";
+
+SagaSummary ReadSummary(SQLite::Statement& q) {
+  SagaSummary s;
+  s.saga_id = ColumnText(q, 0);
+  s.intent_key = ColumnText(q, 1);
+  s.spec_name = ColumnText(q, 2);
+  s.state = ColumnText(q, 3);
+  s.reason = ColumnText(q, 4);
+  s.created_ms = q.getColumn(5).getInt64();
+  s.updated_ms = q.getColumn(6).getInt64();
+  return s;
+}
+
+}  // namespace
+
+// ---- Open -------------------------------------------------------------------
+
+int SqliteStore::LatestSchemaVersion() { return kLatestVersion; }
+
+SqliteStore::SqliteStore(std::unique_ptr<SQLite::Database> db, int schema_version)
+    : db_(std::move(db)), schema_version_(schema_version) {}
+
+SqliteStore::~SqliteStore() = default;
+
+Result<std::unique_ptr<SqliteStore>> SqliteStore::Open(const SqliteOptions& options) {
+  if (options.path.empty()) {
+    return Status::InvalidArgument("SQLite store: the database path is empty");
+  }
+  if (options.path == ":memory:") {
+    return Status::InvalidArgument(
+        "SQLite store: \":memory:\" is not durable and cannot run in WAL mode; give a file path");
+  }
+  const SyncMode* sync = FindSyncMode(options.synchronous);
+  if (sync == nullptr) {
+    return Status::InvalidArgument("SQLite store: synchronous " + Quote(options.synchronous) +
+                                   " is not one of OFF, NORMAL, FULL, EXTRA");
+  }
+  if (options.busy_timeout_ms < 0) {
+    return Status::InvalidArgument("SQLite store: busy_timeout_ms must be >= 0, got " +
+                                   std::to_string(options.busy_timeout_ms));
+  }
+  const std::string op = "open SQLite store " + Quote(options.path);
+  return Guarded<Result<std::unique_ptr<SqliteStore>>>(
+      op, [&]() -> Result<std::unique_ptr<SqliteStore>> {
+        auto db = std::make_unique<SQLite::Database>(
+            options.path, SQLite::OPEN_READWRITE | SQLite::OPEN_CREATE | SQLite::OPEN_FULLMUTEX,
+            options.busy_timeout_ms);
+
+        // WAL: the mode is persistent in the file; the PRAGMA answers with the
+        // mode actually in force, which is not WAL when the VFS or the file
+        // cannot do it.
+        std::string mode = ToLower(db->execAndGet("PRAGMA journal_mode = WAL").getString());
+        if (mode != "wal") {
+          return Status::FailedPrecondition(op + ": journal_mode is " + Quote(mode) +
+                                            ", not \"wal\"; the store needs WAL for durability");
+        }
+        db->exec(sync->pragma);
+        int level = db->execAndGet("PRAGMA synchronous").getInt();
+        if (level != sync->level) {
+          return Status::FailedPrecondition(op + ": synchronous is " + SyncName(level) +
+                                            " after setting it to " + sync->name);
+        }
+        db->exec("PRAGMA foreign_keys = ON");
+        if (db->execAndGet("PRAGMA foreign_keys").getInt() != 1) {
+          return Status::FailedPrecondition(op + ": SQLite refused to enable foreign keys");
+        }
+
+        Result<int> version = Migrate(*db);
+        if (!version.ok()) {
+          return Status(version.status().code(), op + ": " + version.status().message());
+        }
+        return std::unique_ptr<SqliteStore>(new SqliteStore(std::move(db), *version));
+      });
+}
+
+int SqliteStore::SchemaVersion() { return schema_version_; }
+
+Result<SqliteSettings> SqliteStore::EffectiveSettings() {
+  return Guarded<Result<SqliteSettings>>("read SQLite settings", [&]() -> Result<SqliteSettings> {
+    std::lock_guard<std::mutex> lock(mu_);
+    SqliteSettings s;
+    s.journal_mode = ToLower(db_->execAndGet("PRAGMA journal_mode").getString());
+    s.synchronous = SyncName(db_->execAndGet("PRAGMA synchronous").getInt());
+    s.foreign_keys = db_->execAndGet("PRAGMA foreign_keys").getInt() == 1;
+    s.busy_timeout_ms = db_->execAndGet("PRAGMA busy_timeout").getInt();
+    return s;
+  });
+}
+
+// ---- Writes -----------------------------------------------------------------
+
+Result<CreateOutcome> SqliteStore::CreateIntent(const NewSaga& saga) {
+  if (saga.saga_id.empty()) return Status::InvalidArgument("CreateIntent: saga_id is empty");
+  if (saga.intent_key.empty()) return Status::InvalidArgument("CreateIntent: intent_key is empty");
+  std::set<int> indexes;
+  for (size_t i = 0; i < saga.steps.size(); ++i) {
+    if (!indexes.insert(saga.steps[i].index).second) {
+      return Status::InvalidArgument("CreateIntent: steps[" + std::to_string(i) + "]: index " +
+                                     std::to_string(saga.steps[i].index) + " is used twice");
+    }
+  }
+  for (size_t i = 0; i < saga.journal.size(); ++i) {
+    const std::string& id = saga.journal[i].saga_id;
+    if (!id.empty() && id != saga.saga_id) {
+      return Status::InvalidArgument("CreateIntent: journal[" + std::to_string(i) + "]: saga_id " +
+                                     Quote(id) + " is not " + Quote(saga.saga_id));
+    }
+  }
+
+  const std::string op = "CreateIntent " + Quote(saga.intent_key);
+  return Guarded<Result<CreateOutcome>>(op, [&]() -> Result<CreateOutcome> {
+    std::lock_guard<std::mutex> lock(mu_);
+    SQLite::Database& db = *db_;
+    SQLite::Transaction tx(db, SQLite::TransactionBehavior::IMMEDIATE);
+    {
+      SQLite::Statement q(db, "SELECT fingerprint, saga_id FROM intents WHERE intent_key = ?");
+      q.bind(1, saga.intent_key);
+      if (q.executeStep()) {
+        std::string fingerprint = ColumnText(q, 0);
+        std::string existing = ColumnText(q, 1);
+        if (fingerprint == saga.fingerprint) return CreateOutcome{existing, false};
+        return Status::Conflict("intent key " + Quote(saga.intent_key) +
+                                " was already submitted with other content (saga " +
+                                Quote(existing) + ", fingerprint " + fingerprint + ")");
+      }
+    }
+    try {
+      SQLite::Statement ins(db,
+                            "INSERT INTO intents (intent_key, fingerprint, saga_id, created_ms) "
+                            "VALUES (?, ?, ?, ?)");
+      ins.bind(1, saga.intent_key);
+      ins.bind(2, saga.fingerprint);
+      ins.bind(3, saga.saga_id);
+      ins.bind(4, static_cast<int64_t>(saga.created_ms));
+      ins.exec();
+    } catch (const SQLite::Exception& e) {
+      if (!IsConstraint(e)) throw;
+      return Status::Conflict("saga id " + Quote(saga.saga_id) + " is already in use (" + e.what() +
+                              ")");
+    }
+    {
+      SQLite::Statement ins(db,
+                            "INSERT INTO sagas (saga_id, intent_key, fingerprint, spec_name, spec,"
+                            " input, state, reason, created_ms, updated_ms) "
+                            "VALUES (?, ?, ?, ?, ?, ?, ?, '', ?, ?)");
+      ins.bind(1, saga.saga_id);
+      ins.bind(2, saga.intent_key);
+      ins.bind(3, saga.fingerprint);
+      ins.bind(4, saga.spec_name);
+      BindJson(ins, 5, saga.spec);
+      BindJson(ins, 6, saga.input);
+      ins.bind(7, saga.state);
+      ins.bind(8, static_cast<int64_t>(saga.created_ms));
+      ins.bind(9, static_cast<int64_t>(saga.created_ms));
+      ins.exec();
+    }
+    {
+      SQLite::Statement ins(db,
+                            "INSERT INTO steps (saga_id, idx, step_id, tool, state, attempt,"
+                            " step_key, updated_ms) VALUES (?, ?, ?, ?, ?, 0, ?, ?)");
+      for (const NewStep& step : saga.steps) {
+        ins.reset();
+        ins.bind(1, saga.saga_id);
+        ins.bind(2, step.index);
+        ins.bind(3, step.step_id);
+        ins.bind(4, step.tool);
+        ins.bind(5, step.state);
+        ins.bind(6, step.step_key);
+        ins.bind(7, static_cast<int64_t>(saga.created_ms));
+        try {
+          ins.exec();
+        } catch (const SQLite::Exception& e) {
+          if (!IsConstraint(e)) throw;
+          return Status::Conflict("step key " + Quote(step.step_key) + " of step " +
+                                  Quote(step.step_id) + " is already in use (" + e.what() + ")");
+        }
+      }
+    }
+    {
+      SQLite::Statement ins(db, kInsertJournalSql);
+      for (const JournalEntry& e : saga.journal) InsertJournal(ins, saga.saga_id, e);
+    }
+    tx.commit();
+    return CreateOutcome{saga.saga_id, true};
+  });
+}
+
+Status SqliteStore::Commit(const WriteBatch& batch) {
+  if (batch.saga_id.empty()) return Status::InvalidArgument("Commit: saga_id is empty");
+  auto check_owner = [&](const std::string& id, const char* what, size_t i) -> Status {
+    if (id.empty() || id == batch.saga_id) return Status::Ok();
+    return Status::InvalidArgument("Commit: " + std::string(what) + "[" + std::to_string(i) +
+                                   "]: saga_id " + Quote(id) + " is not the batch's " +
+                                   Quote(batch.saga_id));
+  };
+  for (size_t i = 0; i < batch.steps.size(); ++i) {
+    IDEM_RETURN_IF_ERROR(check_owner(batch.steps[i].saga_id, "steps", i));
+  }
+  for (size_t i = 0; i < batch.journal.size(); ++i) {
+    IDEM_RETURN_IF_ERROR(check_owner(batch.journal[i].saga_id, "journal", i));
+  }
+  for (size_t i = 0; i < batch.effects.size(); ++i) {
+    IDEM_RETURN_IF_ERROR(check_owner(batch.effects[i].saga_id, "effects", i));
+  }
+
+  const std::string op = "Commit to saga " + Quote(batch.saga_id);
+  return Guarded<Status>(op, [&]() -> Status {
+    std::lock_guard<std::mutex> lock(mu_);
+    SQLite::Database& db = *db_;
+    // Not committed means rolled back, on every return and every throw.
+    SQLite::Transaction tx(db, SQLite::TransactionBehavior::IMMEDIATE);
+    if (!SagaExists(db, batch.saga_id)) return SagaNotFound(batch.saga_id);
+
+    if (batch.saga_state.has_value()) {
+      int64_t updated_ms = 0;
+      for (const JournalEntry& e : batch.journal) updated_ms = std::max(updated_ms, e.at_ms);
+      if (updated_ms <= 0) updated_ms = SystemClock::Get()->NowMs();
+      SQLite::Statement up(db,
+                           "UPDATE sagas SET state = ?, reason = ?, updated_ms = ? "
+                           "WHERE saga_id = ?");
+      up.bind(1, *batch.saga_state);
+      up.bind(2, batch.saga_reason);
+      up.bind(3, static_cast<int64_t>(updated_ms));
+      up.bind(4, batch.saga_id);
+      up.exec();
+    }
+
+    if (!batch.steps.empty()) {
+      SQLite::Statement up(
+          db,
+          "INSERT INTO steps (saga_id, idx, step_id, tool, state, attempt, step_key, args,"
+          " args_fingerprint, result, external_ref, error, comp_attempt, comp_result, updated_ms)"
+          " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+          " ON CONFLICT (saga_id, idx) DO UPDATE SET"
+          " step_id = excluded.step_id, tool = excluded.tool, state = excluded.state,"
+          " attempt = excluded.attempt, step_key = excluded.step_key, args = excluded.args,"
+          " args_fingerprint = excluded.args_fingerprint, result = excluded.result,"
+          " external_ref = excluded.external_ref, error = excluded.error,"
+          " comp_attempt = excluded.comp_attempt, comp_result = excluded.comp_result,"
+          " updated_ms = excluded.updated_ms");
+      for (const StepRecord& s : batch.steps) {
+        up.reset();
+        up.bind(1, batch.saga_id);
+        up.bind(2, s.index);
+        up.bind(3, s.step_id);
+        up.bind(4, s.tool);
+        up.bind(5, s.state);
+        up.bind(6, s.attempt);
+        up.bind(7, s.step_key);
+        BindJson(up, 8, s.args);
+        up.bind(9, s.args_fingerprint);
+        BindJson(up, 10, s.result);
+        up.bind(11, s.external_ref);
+        up.bind(12, s.error);
+        up.bind(13, s.comp_attempt);
+        BindJson(up, 14, s.comp_result);
+        up.bind(15, static_cast<int64_t>(s.updated_ms));
+        try {
+          up.exec();
+        } catch (const SQLite::Exception& e) {
+          if (!IsConstraint(e)) throw;
+          return Status::Conflict("step key " + Quote(s.step_key) + " of step " + Quote(s.step_id) +
+                                  " is used by another step (" + e.what() + ")");
+        }
+      }
+    }
+
+    if (!batch.journal.empty()) {
+      SQLite::Statement ins(db, kInsertJournalSql);
+      for (const JournalEntry& e : batch.journal) InsertJournal(ins, batch.saga_id, e);
+    }
+
+    if (!batch.effects.empty()) {
+      SQLite::Statement ins(db,
+                            "INSERT INTO effects (idempotency_key, saga_id, step_id, kind, tool,"
+                            " result, external_ref, at_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?)");
+      for (const EffectRecord& f : batch.effects) {
+        ins.reset();
+        ins.bind(1, f.idempotency_key);
+        ins.bind(2, batch.saga_id);
+        ins.bind(3, f.step_id);
+        ins.bind(4, f.kind);
+        ins.bind(5, f.tool);
+        BindJson(ins, 6, f.result);
+        ins.bind(7, f.external_ref);
+        ins.bind(8, static_cast<int64_t>(f.at_ms));
+        try {
+          ins.exec();
+        } catch (const SQLite::Exception& e) {
+          if (!IsConstraint(e)) throw;
+          return Status::Conflict("effect idempotency key " + Quote(f.idempotency_key) +
+                                  " is already recorded; nothing of the batch was written");
+        }
+      }
+    }
+
+    tx.commit();
+    return Status::Ok();
+  });
+}
+
+// ---- Reads ------------------------------------------------------------------
+//
+// Each read runs in a (deferred) read transaction so that it sees one
+// snapshot even while other processes write to the file.
+
+Result<SagaRecord> SqliteStore::LoadSaga(const std::string& saga_id) {
+  return Guarded<Result<SagaRecord>>("LoadSaga " + Quote(saga_id), [&]() -> Result<SagaRecord> {
+    std::lock_guard<std::mutex> lock(mu_);
+    SQLite::Database& db = *db_;
+    SQLite::Transaction tx(db);
+    SagaRecord rec;
+    {
+      SQLite::Statement q(db, std::string("SELECT ") + kSagaColumns +
+                                  ", fingerprint, spec, input FROM sagas WHERE saga_id = ?");
+      q.bind(1, saga_id);
+      if (!q.executeStep()) return SagaNotFound(saga_id);
+      rec.summary = ReadSummary(q);
+      rec.fingerprint = ColumnText(q, 7);
+      rec.spec = ColumnJson(q, 8, "sagas.spec");
+      rec.input = ColumnJson(q, 9, "sagas.input");
+    }
+    {
+      SQLite::Statement q(db,
+                          "SELECT idx, step_id, tool, state, attempt, step_key, args,"
+                          " args_fingerprint, result, external_ref, error, comp_attempt,"
+                          " comp_result, updated_ms FROM steps WHERE saga_id = ? ORDER BY idx");
+      q.bind(1, saga_id);
+      while (q.executeStep()) {
+        StepRecord s;
+        s.saga_id = saga_id;
+        s.index = q.getColumn(0).getInt();
+        s.step_id = ColumnText(q, 1);
+        s.tool = ColumnText(q, 2);
+        s.state = ColumnText(q, 3);
+        s.attempt = q.getColumn(4).getInt();
+        s.step_key = ColumnText(q, 5);
+        s.args = ColumnJson(q, 6, "steps.args");
+        s.args_fingerprint = ColumnText(q, 7);
+        s.result = ColumnJson(q, 8, "steps.result");
+        s.external_ref = ColumnText(q, 9);
+        s.error = ColumnText(q, 10);
+        s.comp_attempt = q.getColumn(11).getInt();
+        s.comp_result = ColumnJson(q, 12, "steps.comp_result");
+        s.updated_ms = q.getColumn(13).getInt64();
+        rec.steps.push_back(std::move(s));
+      }
+    }
+    tx.commit();
+    return rec;
+  });
+}
+
+Result<std::vector<SagaSummary>> SqliteStore::ListSagas(const SagaFilter& filter) {
+  if (filter.limit <= 0) {
+    return Status::InvalidArgument("ListSagas: limit must be positive, got " +
+                                   std::to_string(filter.limit));
+  }
+  return Guarded<Result<std::vector<SagaSummary>>>(
+      "ListSagas", [&]() -> Result<std::vector<SagaSummary>> {
+        // Only placeholders are appended, one per state; the values are bound.
+        std::string sql = std::string("SELECT ") + kSagaColumns + " FROM sagas";
+        if (!filter.states.empty()) {
+          sql += " WHERE state IN (?";
+          for (size_t i = 1; i < filter.states.size(); ++i) sql += ", ?";
+          sql += ")";
+        }
+        sql += " ORDER BY created_ms DESC, saga_id ASC LIMIT ?";
+
+        std::lock_guard<std::mutex> lock(mu_);
+        SQLite::Statement q(*db_, sql);
+        int i = 1;
+        for (const std::string& state : filter.states) q.bind(i++, state);
+        q.bind(i, filter.limit);
+        std::vector<SagaSummary> out;
+        while (q.executeStep()) out.push_back(ReadSummary(q));
+        return out;
+      });
+}
+
+Result<std::vector<JournalEntry>> SqliteStore::ReadJournal(const std::string& saga_id) {
+  return Guarded<Result<std::vector<JournalEntry>>>(
+      "ReadJournal " + Quote(saga_id), [&]() -> Result<std::vector<JournalEntry>> {
+        std::lock_guard<std::mutex> lock(mu_);
+        SQLite::Database& db = *db_;
+        SQLite::Transaction tx(db);
+        if (!SagaExists(db, saga_id)) return SagaNotFound(saga_id);
+        std::vector<JournalEntry> out;
+        {
+          SQLite::Statement q(db,
+                              "SELECT seq, step_id, event, data, at_ms FROM journal"
+                              " WHERE saga_id = ? ORDER BY seq");
+          q.bind(1, saga_id);
+          while (q.executeStep()) {
+            JournalEntry e;
+            e.seq = q.getColumn(0).getInt64();
+            e.saga_id = saga_id;
+            e.step_id = ColumnText(q, 1);
+            e.event = ColumnText(q, 2);
+            e.data = ColumnJson(q, 3, "journal.data");
+            e.at_ms = q.getColumn(4).getInt64();
+            out.push_back(std::move(e));
+          }
+        }
+        tx.commit();
+        return out;
+      });
+}
+
+Result<std::vector<EffectRecord>> SqliteStore::ListEffects(const std::string& saga_id) {
+  return Guarded<Result<std::vector<EffectRecord>>>(
+      "ListEffects " + Quote(saga_id), [&]() -> Result<std::vector<EffectRecord>> {
+        std::lock_guard<std::mutex> lock(mu_);
+        SQLite::Database& db = *db_;
+        SQLite::Transaction tx(db);
+        if (!SagaExists(db, saga_id)) return SagaNotFound(saga_id);
+        std::vector<EffectRecord> out;
+        {
+          // Effects are never updated or deleted, so rowid order is insertion
+          // (commit) order.
+          SQLite::Statement q(db,
+                              "SELECT step_id, kind, tool, idempotency_key, result, external_ref,"
+                              " at_ms FROM effects WHERE saga_id = ? ORDER BY rowid");
+          q.bind(1, saga_id);
+          while (q.executeStep()) {
+            EffectRecord f;
+            f.saga_id = saga_id;
+            f.step_id = ColumnText(q, 0);
+            f.kind = ColumnText(q, 1);
+            f.tool = ColumnText(q, 2);
+            f.idempotency_key = ColumnText(q, 3);
+            f.result = ColumnJson(q, 4, "effects.result");
+            f.external_ref = ColumnText(q, 5);
+            f.at_ms = q.getColumn(6).getInt64();
+            out.push_back(std::move(f));
+          }
+        }
+        tx.commit();
+        return out;
+      });
+}
+
+}  // namespace idem::storage

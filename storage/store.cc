@@ -1,0 +1,32 @@
+#include "storage/store.h"
+
+#include <utility>
+
+#include "storage/sqlite_store.h"
+
+namespace idem::storage {
+namespace {
+
+bool StartsWith(const std::string& s, const char* prefix) { return s.rfind(prefix, 0) == 0; }
+
+}  // namespace
+
+Result<std::unique_ptr<Store>> OpenStore(const std::string& locator) {
+  if (locator.empty()) {
+    return Status::InvalidArgument(
+        "store locator is empty; want a file path, sqlite:PATH or postgresql://...");
+  }
+  if (StartsWith(locator, "postgresql://") || StartsWith(locator, "postgres://")) {
+    return Status::InvalidArgument("PostgreSQL store is not built in yet");
+  }
+  SqliteOptions options;
+  options.path = StartsWith(locator, "sqlite:") ? locator.substr(7) : locator;
+  if (options.path.empty()) {
+    return Status::InvalidArgument("store locator " + locator + " names no database file");
+  }
+  Result<std::unique_ptr<SqliteStore>> store = SqliteStore::Open(options);
+  if (!store.ok()) return store.status();
+  return std::unique_ptr<Store>(std::move(store).value());
+}
+
+}  // namespace idem::storage

@@ -1,0 +1,169 @@
+#pragma once
+// Store: the durable journal of intents, sagas, steps and effects.
+//
+// storage/ knows nothing of saga logic: states are opaque strings that the
+// engine sets, and the store's one promise is atomicity and durability:
+// everything in a WriteBatch commits together or not at all, and a Commit
+// that returned OK survives a crash of the process (SQLite: WAL with
+// synchronous=FULL; PostgreSQL: synchronous_commit=on).
+//
+// Implementations: SqliteStore (storage/sqlite_store.h), the embedded
+// default. A PostgreSQL store implements the same interface and passes the
+// same conformance suite (tests/store_conformance_test.cc).
+//
+// Thread safety: every method may be called from several threads at once.
+//
+// Errors: kNotFound for a missing saga; kConflict for an intent key reused
+// with another fingerprint or an effect key recorded twice; kUnavailable when
+// the database is busy or unreachable (retry later); kInternal otherwise.
+// On any error nothing of the batch is written.
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/json_util.h"
+#include "common/status.h"
+
+namespace idem::storage {
+
+/// An append-only journal line. `seq` is assigned by the store.
+struct JournalEntry {
+  int64_t seq = 0;
+  std::string saga_id;
+  std::string step_id;  ///< empty for saga-level entries
+  std::string event;    ///< "submitted", "succeeded", "compensated", ...
+  Json data;
+  int64_t at_ms = 0;
+};
+
+/// A step as planned when the saga is created.
+struct NewStep {
+  int index = 0;
+  std::string step_id;
+  std::string tool;
+  std::string step_key;  ///< the idempotency key, derived from (saga, step)
+  std::string state;     ///< initial state, e.g. "planned"
+};
+
+/// Everything recorded when an intent is first submitted.
+struct NewSaga {
+  std::string saga_id;
+  std::string intent_key;
+  std::string fingerprint;  ///< of the canonical (spec, input)
+  std::string spec_name;
+  Json spec;  ///< the frozen plan
+  Json input;
+  std::string state;  ///< initial state, e.g. "pending"
+  int64_t created_ms = 0;
+  std::vector<NewStep> steps;
+  /// Journal entries written in the same transaction (e.g. "saga_created").
+  std::vector<JournalEntry> journal;
+};
+
+/// One step's current row. The engine reads it, changes it and writes it
+/// back whole in a WriteBatch.
+struct StepRecord {
+  std::string saga_id;
+  int index = 0;
+  std::string step_id;
+  std::string tool;
+  std::string state;
+  int attempt = 0;  ///< attempts of the action so far
+  std::string step_key;
+  Json args;  ///< resolved arguments (null until submitted)
+  std::string args_fingerprint;
+  Json result;  ///< the action's result (null until succeeded)
+  std::string external_ref;
+  std::string error;     ///< last error or reason
+  int comp_attempt = 0;  ///< attempts of the compensation so far
+  Json comp_result;
+  int64_t updated_ms = 0;
+};
+
+struct SagaSummary {
+  std::string saga_id;
+  std::string intent_key;
+  std::string spec_name;
+  std::string state;
+  std::string reason;  ///< why it failed or needs attention
+  int64_t created_ms = 0;
+  int64_t updated_ms = 0;
+};
+
+struct SagaRecord {
+  SagaSummary summary;
+  std::string fingerprint;
+  Json spec;
+  Json input;
+  std::vector<StepRecord> steps;  ///< by index
+};
+
+/// A record of something that happened in the world.
+struct EffectRecord {
+  std::string saga_id;
+  std::string step_id;
+  std::string kind;  ///< "action" or "compensation"
+  std::string tool;
+  std::string idempotency_key;  ///< unique across all effects
+  Json result;
+  std::string external_ref;
+  int64_t at_ms = 0;
+};
+
+/// What one Commit writes, atomically.
+struct WriteBatch {
+  std::string saga_id;
+  std::optional<std::string> saga_state;  ///< set: the saga moves to it
+  std::string saga_reason;                ///< stored with saga_state
+  std::vector<StepRecord> steps;          ///< full rows to write back
+  std::vector<JournalEntry> journal;
+  std::vector<EffectRecord> effects;
+};
+
+struct SagaFilter {
+  std::vector<std::string> states;  ///< empty: any state
+  int limit = 1000;
+};
+
+struct CreateOutcome {
+  std::string saga_id;
+  bool created = false;  ///< false: the intent existed with the same content
+};
+
+class Store {
+ public:
+  virtual ~Store() = default;
+
+  /// Records the intent, its saga and planned steps in one transaction.
+  /// Same intent key and fingerprint: returns the existing saga (created =
+  /// false) and writes nothing. Same key, other fingerprint: kConflict.
+  virtual Result<CreateOutcome> CreateIntent(const NewSaga& saga) = 0;
+
+  /// The saga with its steps. kNotFound if absent.
+  virtual Result<SagaRecord> LoadSaga(const std::string& saga_id) = 0;
+
+  /// Writes the batch in one transaction. kNotFound if the saga is absent;
+  /// kConflict if an effect key is already recorded (nothing is written).
+  virtual Status Commit(const WriteBatch& batch) = 0;
+
+  /// Summaries, newest first.
+  virtual Result<std::vector<SagaSummary>> ListSagas(const SagaFilter& filter) = 0;
+
+  /// The saga's journal in commit order.
+  virtual Result<std::vector<JournalEntry>> ReadJournal(const std::string& saga_id) = 0;
+
+  /// The saga's effects in commit order.
+  virtual Result<std::vector<EffectRecord>> ListEffects(const std::string& saga_id) = 0;
+
+  /// The version of the schema the database is at after migrations.
+  virtual int SchemaVersion() = 0;
+};
+
+/// Opens a store from a locator: a file path or "sqlite:PATH" for SQLite.
+/// Creates the database and runs pending migrations.
+Result<std::unique_ptr<Store>> OpenStore(const std::string& locator);
+
+}  // namespace idem::storage

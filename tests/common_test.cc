@@ -1,0 +1,107 @@
+#include <gtest/gtest.h>
+
+#include "common/clock.h"
+#include "common/failpoint.h"
+#include "common/json_util.h"
+#include "common/status.h"
+
+namespace idem {
+namespace {
+
+TEST(StatusTest, CarriesCodeAndMessage) {
+  Status s = Status::Conflict("intent key k: other content");
+  EXPECT_FALSE(s.ok());
+  EXPECT_EQ(s.code(), Code::kConflict);
+  EXPECT_EQ(s.ToString(), "conflict: intent key k: other content");
+  EXPECT_EQ(Status::Ok().ToString(), "ok");
+}
+
+TEST(ResultTest, HoldsValueOrError) {
+  Result<int> v = 7;
+  ASSERT_TRUE(v.ok());
+  EXPECT_EQ(*v, 7);
+  Result<int> e = Status::NotFound("saga x");
+  EXPECT_FALSE(e.ok());
+  EXPECT_EQ(e.status().code(), Code::kNotFound);
+}
+
+TEST(CanonicalJsonTest, KeyOrderAndWhitespaceDoNotMatter) {
+  auto a = ParseJson(R"({"b": 1, "a": {"y": [1, 2], "x": "s"}})", "a");
+  auto b = ParseJson("{\"a\":{\"x\":\"s\",\"y\":[1,2]},\n \"b\":1}", "b");
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(CanonicalJson(*a), R"({"a":{"x":"s","y":[1,2]},"b":1})");
+  EXPECT_EQ(Fingerprint(*a), Fingerprint(*b));
+  EXPECT_NE(Fingerprint(Json{{"a", 1}}), Fingerprint(Json{{"a", 2}}));
+  // 1 and 1.0 are different numbers in the canonical form.
+  EXPECT_NE(Fingerprint(Json{{"a", 1}}), Fingerprint(Json{{"a", 1.0}}));
+}
+
+TEST(Sha256Test, KnownVector) {
+  EXPECT_EQ(Sha256Hex("abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+}
+
+TEST(ParseJsonTest, NamesThePlaceOfASyntaxError) {
+  auto r = ParseJson("{\"a\": 1,}", "trip.json");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), Code::kInvalidArgument);
+  EXPECT_EQ(r.status().message().rfind("trip.json: invalid JSON: ", 0), 0u) << r.status().message();
+}
+
+TEST(ParseJsonTest, RefusesDeepNestingBeforeParsing) {
+  std::string deep(100000, '[');
+  auto r = ParseJson(deep, "body");
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("nested deeper than 64"), std::string::npos);
+  std::string ok = std::string(64, '[') + std::string(64, ']');
+  EXPECT_TRUE(ParseJson(ok, "body").ok());
+  // Brackets inside strings do not count.
+  EXPECT_TRUE(ParseJson("\"" + std::string(200, '[') + "\"", "body").ok());
+}
+
+TEST(NewIdTest, UniqueAndPrefixed) {
+  std::string a = NewId("sg_");
+  std::string b = NewId("sg_");
+  EXPECT_NE(a, b);
+  EXPECT_EQ(a.rfind("sg_", 0), 0u);
+  EXPECT_EQ(a.size(), 3u + 26u);
+}
+
+TEST(ManualClockTest, SleepAdvancesTime) {
+  ManualClock c(1000);
+  c.SleepMs(250);
+  EXPECT_EQ(c.NowMs(), 1250);
+  EXPECT_EQ(c.sleeps(), 1);
+}
+
+TEST(FailpointTest, UnknownNameIsAnError) {
+  Status s = failpoint::Arm("step.after_submited=kill");
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("unknown failpoint \"step.after_submited\""), std::string::npos);
+}
+
+TEST(FailpointTest, BadActionIsAnError) {
+  EXPECT_FALSE(failpoint::Arm("step.after_call=explode").ok());
+  EXPECT_FALSE(failpoint::Arm("step.after_call=kill@0").ok());
+  EXPECT_FALSE(failpoint::Arm("step.after_call").ok());
+}
+
+TEST(FailpointTest, ErrFiresOnTheNthHitOnly) {
+  failpoint::DisarmAll();
+  ASSERT_TRUE(failpoint::Arm("step.after_call=err@3").ok());
+  EXPECT_FALSE(IDEM_FAILPOINT("step.after_call"));
+  EXPECT_FALSE(IDEM_FAILPOINT("step.after_call"));
+  EXPECT_TRUE(IDEM_FAILPOINT("step.after_call"));
+  EXPECT_FALSE(IDEM_FAILPOINT("step.after_call"));
+  EXPECT_EQ(failpoint::HitCount("step.after_call"), 4);
+  failpoint::DisarmAll();
+}
+
+TEST(FailpointDeathTest, KillDiesBySigkill) {
+  failpoint::DisarmAll();
+  ASSERT_TRUE(failpoint::Arm("saga.after_start=kill").ok());
+  EXPECT_EXIT(IDEM_FAILPOINT("saga.after_start"), ::testing::KilledBySignal(SIGKILL), "");
+  failpoint::DisarmAll();
+}
+
+}  // namespace
+}  // namespace idem

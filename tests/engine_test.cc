@@ -1,0 +1,444 @@
+// The engine against a real SQLite journal file and in-process tools whose
+// providers keep a ledger of applied effects (RELIABILITY.md rows 5, 19-24).
+
+#include "saga/engine.h"
+
+#include <filesystem>
+#include <map>
+#include <mutex>
+
+#include <gtest/gtest.h>
+
+#include "compensation/rollback.h"
+#include "saga/spec.h"
+#include "storage/store.h"
+
+#include "common/clock.h"
+
+namespace idem {
+namespace {
+
+namespace fs = std::filesystem;
+
+// A provider for tests: applies effects into a ledger, with scripted faults.
+struct Provider {
+  std::mutex mu;
+  std::map<std::string, int> applied;                      // key -> effects applied
+  std::map<std::string, int> calls;                        // key -> calls received
+  std::vector<std::string> order;                          // tool names in call order
+  std::map<std::string, std::vector<std::string>> script;  // tool -> outcomes to play
+
+  // Next scripted outcome for `tool`: "ok", "fail" (retryable), "reject",
+  // "lose" (apply, then unknown), "hang" (unknown, not applied).
+  std::string Next(const std::string& tool) {
+    auto& s = script[tool];
+    if (s.empty()) return "ok";
+    std::string o = s.front();
+    s.erase(s.begin());
+    return o;
+  }
+};
+
+std::unique_ptr<Tool> MakeTool(Provider* p, const std::string& name, EffectClass c,
+                               bool honours_keys, bool has_status) {
+  ToolInfo info;
+  info.name = name;
+  info.effect = c;
+  info.honours_keys = honours_keys;
+  auto invoke = [p, name, honours_keys](const ToolCall& call) {
+    std::lock_guard<std::mutex> lock(p->mu);
+    p->calls[call.key]++;
+    p->order.push_back(name);
+    std::string mode = p->Next(name);
+    if (mode == "fail") return ToolOutcome::Failed("503 busy", true);
+    if (mode == "reject") return ToolOutcome::Failed("409 sold out", false);
+    if (mode == "hang") return ToolOutcome::Unknown("timed out");
+    if (!(honours_keys && p->applied[call.key] > 0)) p->applied[call.key]++;
+    Json result = {{"ref", name + ":" + call.key}, {"args", call.args}};
+    if (mode == "lose") return ToolOutcome::Unknown("response lost");
+    return ToolOutcome::Succeeded(result, name + ":" + call.key);
+  };
+  FunctionTool::LookupFn lookup;
+  if (has_status) {
+    lookup = [p, name](const std::string& key) {
+      std::lock_guard<std::mutex> lock(p->mu);
+      LookupOutcome o;
+      if (p->applied[key] > 0) {
+        o.kind = LookupKind::kApplied;
+        o.result = {{"ref", name + ":" + key}};
+        o.external_ref = name + ":" + key;
+      } else {
+        o.kind = LookupKind::kNotApplied;
+      }
+      return o;
+    };
+  }
+  return std::make_unique<FunctionTool>(info, invoke, lookup);
+}
+
+class EngineTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("idem_engine_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    auto s = storage::OpenStore((dir_ / "journal.db").string());
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    store_ = std::move(s).value();
+    Add("a.do", EffectClass::kWrite, true, true);
+    Add("a.undo", EffectClass::kIdempotent, true, false);
+    Add("b.do", EffectClass::kWrite, true, true);
+    Add("b.undo", EffectClass::kIdempotent, true, false);
+    Add("c.do", EffectClass::kWrite, true, true);
+    Add("c.undo", EffectClass::kIdempotent, true, false);
+    Add("status_only.do", EffectClass::kWrite, false, true);
+    Add("neither.do", EffectClass::kWrite, false, false);
+    Add("keys_only.do", EffectClass::kWrite, true, false);
+    Add("plain.undo", EffectClass::kWrite, false, false);
+    Add("lookup.read", EffectClass::kRead, false, false);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  void Add(const std::string& name, EffectClass c, bool keys, bool status) {
+    ASSERT_TRUE(tools_.Register(MakeTool(&provider_, name, c, keys, status)).ok());
+  }
+
+  Engine MakeEngine() {
+    EngineOptions o;
+    o.clock = &clock_;
+    o.observer = [this](const storage::JournalEntry& e) {
+      events_.push_back(e.step_id + ":" + e.event);
+    };
+    return Engine(store_.get(), &tools_, o);
+  }
+
+  SagaSpec Spec(const std::string& second_tool = "b.do",
+                const std::string& second_undo = "b.undo") {
+    Json doc = {
+        {"name", "three"},
+        {"steps",
+         {{{"id", "first"},
+           {"tool", "a.do"},
+           {"args", {{"who", "${input.who}"}}},
+           {"compensate", {{"tool", "a.undo"}, {"args", {{"ref", "${steps.first.result.ref}"}}}}}},
+          {{"id", "second"},
+           {"tool", second_tool},
+           {"args", {{"after", "${steps.first.result.ref}"}}},
+           {"compensate", {{"tool", second_undo}, {"args", Json::object()}}}},
+          {{"id", "third"},
+           {"tool", "c.do"},
+           {"args", {{"n", 3}}},
+           {"compensate", {{"tool", "c.undo"}, {"args", Json::object()}}}}}}};
+    auto spec = ParseSpec(doc, tools_);
+    EXPECT_TRUE(spec.ok()) << spec.status().ToString();
+    return *spec;
+  }
+
+  storage::SagaRecord SubmitAndRun(const SagaSpec& spec, const std::string& key = "intent-1") {
+    Engine e = MakeEngine();
+    auto sub = e.Submit(spec, {{"who", "ana"}}, key);
+    EXPECT_TRUE(sub.ok()) << sub.status().ToString();
+    auto rec = e.Run(sub->saga_id);
+    EXPECT_TRUE(rec.ok()) << rec.status().ToString();
+    return *rec;
+  }
+
+  int Applied(const std::string& key) { return provider_.applied[key]; }
+  int Calls(const std::string& key) { return provider_.calls[key]; }
+
+  fs::path dir_;
+  std::unique_ptr<storage::Store> store_;
+  ToolRegistry tools_;
+  Provider provider_;
+  ManualClock clock_;
+  std::vector<std::string> events_;
+};
+
+TEST_F(EngineTest, HappyPathRunsEveryStepOnceWithResolvedArguments) {
+  auto rec = SubmitAndRun(Spec());
+  EXPECT_EQ(rec.summary.state, "succeeded");
+  for (const auto& st : rec.steps) {
+    EXPECT_EQ(st.state, "succeeded") << st.step_id;
+    EXPECT_EQ(st.attempt, 1);
+    EXPECT_EQ(Applied(st.step_key), 1) << st.step_key;
+    EXPECT_EQ(st.step_key, StepKey(rec.summary.saga_id, st.step_id));
+  }
+  EXPECT_EQ(rec.steps[0].args["who"], "ana");
+  EXPECT_EQ(rec.steps[1].args["after"], "a.do:" + rec.steps[0].step_key);
+  auto effects = store_->ListEffects(rec.summary.saga_id);
+  ASSERT_TRUE(effects.ok());
+  ASSERT_EQ(effects->size(), 3u);
+  // Journal-first: every step's `submitted` precedes its outcome.
+  auto journal = store_->ReadJournal(rec.summary.saga_id);
+  ASSERT_TRUE(journal.ok());
+  std::vector<std::string> seen;
+  for (const auto& e : *journal) seen.push_back(e.step_id + ":" + e.event);
+  std::vector<std::string> want = {":saga_created",   ":saga_started",    "first:submitted",
+                                   "first:succeeded", "second:submitted", "second:succeeded",
+                                   "third:submitted", "third:succeeded",  ":saga_succeeded"};
+  EXPECT_EQ(seen, want);
+}
+
+TEST_F(EngineTest, RunningAFinishedSagaAgainCallsNothing) {
+  auto rec = SubmitAndRun(Spec());
+  size_t calls = provider_.order.size();
+  Engine e = MakeEngine();
+  auto again = e.Run(rec.summary.saga_id);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->summary.state, "succeeded");
+  EXPECT_EQ(provider_.order.size(), calls);
+}
+
+TEST_F(EngineTest, SubmitIsIdempotentPerIntentKey) {
+  Engine e = MakeEngine();
+  SagaSpec spec = Spec();
+  auto a = e.Submit(spec, {{"who", "ana"}}, "k1");
+  auto b = e.Submit(spec, {{"who", "ana"}}, "k1");
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_TRUE(a->created);
+  EXPECT_FALSE(b->created);
+  EXPECT_EQ(a->saga_id, b->saga_id);
+  auto c = e.Submit(spec, {{"who", "bob"}}, "k1");
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), Code::kConflict);
+  auto all = store_->ListSagas({});
+  ASSERT_TRUE(all.ok());
+  EXPECT_EQ(all->size(), 1u);
+  EXPECT_EQ(e.Submit(spec, {{"who", "ana"}}, "").status().code(), Code::kInvalidArgument);
+}
+
+TEST_F(EngineTest, PermanentFailureRollsBackInReverseOrder) {
+  provider_.script["c.do"] = {"reject"};
+  auto rec = SubmitAndRun(Spec());
+  EXPECT_EQ(rec.summary.state, "compensated");
+  EXPECT_NE(rec.summary.reason.find("409 sold out"), std::string::npos) << rec.summary.reason;
+  EXPECT_EQ(rec.steps[0].state, "compensated");
+  EXPECT_EQ(rec.steps[1].state, "compensated");
+  EXPECT_EQ(rec.steps[2].state, "failed");
+  std::vector<std::string> tail(provider_.order.end() - 2, provider_.order.end());
+  EXPECT_EQ(tail, (std::vector<std::string>{"b.undo", "a.undo"}));
+  EXPECT_EQ(Applied(compensation::CompensationKey(rec.steps[0].step_key)), 1);
+  EXPECT_EQ(Applied(compensation::CompensationKey(rec.steps[1].step_key)), 1);
+  EXPECT_EQ(Applied(rec.steps[2].step_key), 0);
+  EXPECT_EQ(Calls(rec.steps[2].step_key), 1) << "a permanent refusal is not retried";
+}
+
+TEST_F(EngineTest, FirstStepFailingLeavesNothingToUndo) {
+  provider_.script["a.do"] = {"reject"};
+  auto rec = SubmitAndRun(Spec());
+  EXPECT_EQ(rec.summary.state, "failed");
+  EXPECT_EQ(provider_.order, (std::vector<std::string>{"a.do"}));
+}
+
+TEST_F(EngineTest, TransientFailureRetriesWithTheSameKey) {
+  provider_.script["b.do"] = {"fail"};
+  auto rec = SubmitAndRun(Spec());
+  EXPECT_EQ(rec.summary.state, "succeeded");
+  EXPECT_EQ(rec.steps[1].attempt, 2);
+  EXPECT_EQ(Calls(rec.steps[1].step_key), 2);
+  EXPECT_EQ(Applied(rec.steps[1].step_key), 1);
+}
+
+TEST_F(EngineTest, WriteToolRetriesAtMostOnce) {
+  provider_.script["b.do"] = {"fail", "fail", "fail"};
+  auto rec = SubmitAndRun(Spec());
+  EXPECT_EQ(rec.summary.state, "compensated");
+  EXPECT_EQ(Calls(rec.steps[1].step_key), 2);
+}
+
+TEST_F(EngineTest, WriteToolWithoutKeysRetriesOnlyAfterAStatusCheck) {
+  provider_.script["status_only.do"] = {"fail"};
+  auto rec = SubmitAndRun(Spec("status_only.do"));
+  EXPECT_EQ(rec.summary.state, "succeeded");
+  EXPECT_EQ(Calls(rec.steps[1].step_key), 2);
+  EXPECT_EQ(Applied(rec.steps[1].step_key), 1);
+
+  provider_.script["neither.do"] = {"fail"};
+  auto rec2 = SubmitAndRun(Spec("neither.do"), "intent-2");
+  EXPECT_EQ(rec2.summary.state, "compensated");
+  EXPECT_EQ(Calls(rec2.steps[1].step_key), 1) << "no blind retry without keys or status";
+}
+
+TEST_F(EngineTest, UnknownOutcomeResolvedByStatusLookupWithoutRecall) {
+  provider_.script["status_only.do"] = {"lose"};
+  auto rec = SubmitAndRun(Spec("status_only.do"));
+  EXPECT_EQ(rec.summary.state, "succeeded");
+  EXPECT_EQ(Calls(rec.steps[1].step_key), 1);
+  EXPECT_EQ(Applied(rec.steps[1].step_key), 1);
+  auto journal = store_->ReadJournal(rec.summary.saga_id);
+  ASSERT_TRUE(journal.ok());
+  bool resolved = false;
+  for (const auto& e : *journal) {
+    if (e.step_id == "second" && e.event == "succeeded") {
+      resolved = e.data.value("resolved_by", "") == "status_lookup";
+    }
+  }
+  EXPECT_TRUE(resolved);
+}
+
+TEST_F(EngineTest, UnknownOutcomeNotAppliedIsResentWithTheSameKey) {
+  provider_.script["status_only.do"] = {"hang"};
+  auto rec = SubmitAndRun(Spec("status_only.do"));
+  EXPECT_EQ(rec.summary.state, "succeeded");
+  EXPECT_EQ(Calls(rec.steps[1].step_key), 2);
+  EXPECT_EQ(Applied(rec.steps[1].step_key), 1);
+}
+
+TEST_F(EngineTest, UnknownOutcomeWithoutKeysOrStatusParksWithZeroBlindRetries) {
+  provider_.script["neither.do"] = {"lose"};
+  auto rec = SubmitAndRun(Spec("neither.do"));
+  EXPECT_EQ(rec.summary.state, "needs_attention");
+  EXPECT_EQ(rec.steps[1].state, "needs_attention");
+  EXPECT_NE(rec.summary.reason.find("neither a status lookup nor idempotency keys"),
+            std::string::npos)
+      << rec.summary.reason;
+  EXPECT_EQ(Calls(rec.steps[1].step_key), 1);
+  EXPECT_EQ(Applied(rec.steps[1].step_key), 1);
+  EXPECT_EQ(provider_.order.size(), 2u) << "nothing after the parked step ran, nothing undone";
+  // Recovery leaves a parked saga alone.
+  Engine e = MakeEngine();
+  auto report = e.Recover();
+  ASSERT_TRUE(report.ok());
+  EXPECT_EQ(report->resumed, 0);
+}
+
+TEST_F(EngineTest, UnknownOutcomeOfAKeyedToolIsResolvedByASameKeyRetry) {
+  provider_.script["keys_only.do"] = {"lose"};
+  auto rec = SubmitAndRun(Spec("keys_only.do"));
+  EXPECT_EQ(rec.summary.state, "succeeded");
+  EXPECT_EQ(Calls(rec.steps[1].step_key), 2);
+  EXPECT_EQ(Applied(rec.steps[1].step_key), 1) << "the provider deduplicated the key";
+}
+
+TEST_F(EngineTest, UnknownOutcomeOfAKeyedToolStillUnknownAfterItsRetriesParks) {
+  provider_.script["keys_only.do"] = {"hang", "hang", "hang"};
+  auto rec = SubmitAndRun(Spec("keys_only.do"));
+  EXPECT_EQ(rec.summary.state, "needs_attention");
+  EXPECT_EQ(Calls(rec.steps[1].step_key), 2) << "bounded by the write policy";
+}
+
+TEST_F(EngineTest, CompensationRetriesTransientFailuresWithBackoffUnderOneKey) {
+  provider_.script["c.do"] = {"reject"};
+  provider_.script["b.undo"] = {"fail", "fail", "fail"};
+  auto rec = SubmitAndRun(Spec());
+  EXPECT_EQ(rec.summary.state, "compensated");
+  EXPECT_EQ(rec.steps[1].comp_attempt, 4);
+  std::string key = compensation::CompensationKey(rec.steps[1].step_key);
+  EXPECT_EQ(Calls(key), 4);
+  EXPECT_EQ(Applied(key), 1);
+  EXPECT_GE(clock_.sleeps(), 3) << "each retry waited";
+}
+
+TEST_F(EngineTest, CompensationThatKeepsFailingParksTheSagaWithItsReason) {
+  provider_.script["c.do"] = {"reject"};
+  provider_.script["b.undo"] = std::vector<std::string>(50, "fail");
+  auto rec = SubmitAndRun(Spec());
+  EXPECT_EQ(rec.summary.state, "needs_attention");
+  EXPECT_EQ(rec.steps[1].state, "compensation_failed");
+  EXPECT_NE(rec.summary.reason.find("gave up after 5 attempts"), std::string::npos)
+      << rec.summary.reason;
+  std::string key = compensation::CompensationKey(rec.steps[1].step_key);
+  EXPECT_EQ(Calls(key), 5) << "bounded: no hot loop";
+  EXPECT_EQ(rec.steps[0].state, "succeeded") << "earlier undo waits for the person";
+}
+
+TEST_F(EngineTest, CompensationRefusedForGoodParksAtOnce) {
+  provider_.script["c.do"] = {"reject"};
+  provider_.script["b.undo"] = {"reject"};
+  auto rec = SubmitAndRun(Spec());
+  EXPECT_EQ(rec.summary.state, "needs_attention");
+  EXPECT_EQ(Calls(compensation::CompensationKey(rec.steps[1].step_key)), 1);
+}
+
+TEST_F(EngineTest, RecoveryResolvesASubmittedStepThroughStatusWithoutRecall) {
+  // Simulate a crash after the provider applied the effect and before the
+  // journal recorded it: the step stands `submitted`.
+  Engine e = MakeEngine();
+  SagaSpec spec = Spec("status_only.do");
+  auto sub = e.Submit(spec, {{"who", "ana"}}, "crash-1");
+  ASSERT_TRUE(sub.ok());
+  auto rec = store_->LoadSaga(sub->saga_id);
+  ASSERT_TRUE(rec.ok());
+  storage::WriteBatch b;
+  b.saga_id = sub->saga_id;
+  b.saga_state = "running";
+  auto first = rec->steps[0];
+  first.state = "succeeded";
+  first.attempt = 1;
+  first.args = {{"who", "ana"}};
+  first.result = {{"ref", "a.do:" + first.step_key}};
+  provider_.applied[first.step_key] = 1;
+  auto second = rec->steps[1];
+  second.state = "submitted";
+  second.attempt = 1;
+  second.args = {{"after", "a.do:" + first.step_key}};
+  provider_.applied[second.step_key] = 1;  // applied, answer lost in the crash
+  b.steps = {first, second};
+  ASSERT_TRUE(store_->Commit(b).ok());
+
+  auto report = e.Recover();
+  ASSERT_TRUE(report.ok());
+  EXPECT_EQ(report->resumed, 1);
+  EXPECT_TRUE(report->errors.empty());
+  auto after = store_->LoadSaga(sub->saga_id);
+  ASSERT_TRUE(after.ok());
+  EXPECT_EQ(after->summary.state, "succeeded");
+  EXPECT_EQ(Calls(second.step_key), 0) << "resolved by lookup, never re-called";
+  EXPECT_EQ(Applied(second.step_key), 1);
+}
+
+TEST_F(EngineTest, NullCompensationWhenTheUncertainActionNeverHappened) {
+  // Rolling back finds a step `submitted` whose provider never applied it:
+  // the undo endpoint is not called.
+  Engine e = MakeEngine();
+  SagaSpec spec = Spec("status_only.do");
+  auto sub = e.Submit(spec, {{"who", "ana"}}, "null-1");
+  ASSERT_TRUE(sub.ok());
+  auto rec = store_->LoadSaga(sub->saga_id);
+  ASSERT_TRUE(rec.ok());
+  storage::WriteBatch b;
+  b.saga_id = sub->saga_id;
+  b.saga_state = "compensating";
+  b.saga_reason = "cancelled";
+  auto first = rec->steps[0];
+  first.state = "succeeded";
+  first.attempt = 1;
+  first.result = {{"ref", "a.do:" + first.step_key}};
+  provider_.applied[first.step_key] = 1;
+  auto second = rec->steps[1];
+  second.state = "submitted";
+  second.attempt = 1;
+  b.steps = {first, second};
+  ASSERT_TRUE(store_->Commit(b).ok());
+
+  auto run = e.Run(sub->saga_id);
+  ASSERT_TRUE(run.ok()) << run.status().ToString();
+  EXPECT_EQ(run->summary.state, "compensated");
+  EXPECT_EQ(run->steps[1].state, "failed");
+  EXPECT_EQ(Calls(compensation::CompensationKey(second.step_key)), 0);
+  EXPECT_EQ(Calls(second.step_key), 0);
+  EXPECT_EQ(Applied(compensation::CompensationKey(first.step_key)), 1);
+  bool null_comp = false;
+  for (const auto& ev : events_) null_comp |= ev == "second:null_compensation";
+  EXPECT_TRUE(null_comp);
+}
+
+TEST_F(EngineTest, UnresolvedTemplateFailsTheStepBeforeAnyCall) {
+  Json doc = {{"name", "t"},
+              {"steps",
+               {{{"id", "first"},
+                 {"tool", "a.do"},
+                 {"args", {{"who", "${input.missing}"}}},
+                 {"compensate", {{"tool", "a.undo"}}}}}}};
+  auto spec = ParseSpec(doc, tools_);
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  auto rec = SubmitAndRun(*spec);
+  EXPECT_EQ(rec.summary.state, "failed");
+  EXPECT_NE(rec.steps[0].error.find("input.missing"), std::string::npos) << rec.steps[0].error;
+  EXPECT_TRUE(provider_.order.empty());
+}
+
+}  // namespace
+}  // namespace idem

@@ -1,0 +1,473 @@
+// The Store conformance suite on SqliteStore, plus the SQLite-specific tests
+// (WAL, PRAGMAs, migrations, append-only triggers, locking, SIGKILL).
+//
+// The SQLite-specific tests inspect the file through a second connection
+// made with the sqlite3 C API, so they see what is on disk, not what the
+// store believes.
+
+#include "tests/store_conformance.h"
+
+#include <atomic>
+#include <csignal>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <sqlite3.h>
+
+#include "storage/sqlite_store.h"
+#include "storage/store.h"
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+namespace idem::storage {
+namespace {
+
+using conformance::MakeEffect;
+using conformance::MakeEntry;
+using conformance::MakeSaga;
+
+/// A fresh directory under the system temp dir, removed with its contents.
+class TempDir {
+ public:
+  TempDir() {
+    std::string tmpl = (std::filesystem::temp_directory_path() / "idem_store_XXXXXX").string();
+    if (mkdtemp(tmpl.data()) == nullptr) {
+      ADD_FAILURE() << "mkdtemp failed for " << tmpl;
+    }
+    path_ = tmpl;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  TempDir(TempDir&&) = delete;
+  TempDir& operator=(TempDir&&) = delete;
+
+  std::string File(const std::string& name) const { return (path_ / name).string(); }
+
+ private:
+  std::filesystem::path path_;
+};
+
+/// The conformance suite's factory: a real SQLite file in a fresh temp
+/// directory per test.
+class SqliteFactory {
+ public:
+  Result<std::unique_ptr<Store>> Open() {
+    SqliteOptions options;
+    options.path = dir_.File("idem.db");
+    Result<std::unique_ptr<SqliteStore>> store = SqliteStore::Open(options);
+    if (!store.ok()) return store.status();
+    return std::unique_ptr<Store>(std::move(store).value());
+  }
+
+ private:
+  TempDir dir_;
+};
+
+}  // namespace
+
+namespace conformance {
+using Backends = ::testing::Types<SqliteFactory>;
+INSTANTIATE_TYPED_TEST_SUITE_P(Sqlite, StoreConformanceTest, Backends);
+}  // namespace conformance
+
+namespace {
+
+/// A second, raw connection to the same file.
+class RawDb {
+ public:
+  explicit RawDb(const std::string& path) {
+    int rc = sqlite3_open_v2(path.c_str(), &db_, SQLITE_OPEN_READWRITE, nullptr);
+    if (rc != SQLITE_OK) ADD_FAILURE() << "sqlite3_open_v2(" << path << "): " << rc;
+    sqlite3_busy_timeout(db_, 5000);
+  }
+  ~RawDb() { sqlite3_close(db_); }
+  RawDb(const RawDb&) = delete;
+  RawDb& operator=(const RawDb&) = delete;
+  RawDb(RawDb&&) = delete;
+  RawDb& operator=(RawDb&&) = delete;
+
+  /// Runs `sql`; returns "" on success, else SQLite's error message.
+  std::string Exec(const std::string& sql) {
+    char* err = nullptr;
+    int rc = sqlite3_exec(db_, sql.c_str(), nullptr, nullptr, &err);
+    std::string msg = rc == SQLITE_OK ? "" : (err != nullptr ? err : "error");
+    sqlite3_free(err);
+    return msg;
+  }
+
+  /// The first column of the first row of `sql`, as text ("" if no row).
+  std::string Text(const std::string& sql) {
+    sqlite3_stmt* st = nullptr;
+    std::string out;
+    if (sqlite3_prepare_v2(db_, sql.c_str(), -1, &st, nullptr) != SQLITE_OK) {
+      ADD_FAILURE() << "prepare " << sql << ": " << sqlite3_errmsg(db_);
+      return out;
+    }
+    if (sqlite3_step(st) == SQLITE_ROW && sqlite3_column_text(st, 0) != nullptr) {
+      out = reinterpret_cast<const char*>(sqlite3_column_text(st, 0));
+    }
+    sqlite3_finalize(st);
+    return out;
+  }
+
+ private:
+  sqlite3* db_ = nullptr;
+};
+
+std::unique_ptr<SqliteStore> MustOpen(const SqliteOptions& options) {
+  Result<std::unique_ptr<SqliteStore>> store = SqliteStore::Open(options);
+  EXPECT_TRUE(store.ok()) << store.status().ToString();
+  return store.ok() ? std::move(store).value() : nullptr;
+}
+
+std::unique_ptr<SqliteStore> MustOpen(const std::string& path) {
+  SqliteOptions options;
+  options.path = path;
+  return MustOpen(options);
+}
+
+TEST(SqliteStoreTest, FreshDatabaseIsWalWithSynchronousFull) {
+  TempDir dir;
+  const std::string path = dir.File("wal.db");
+  std::unique_ptr<SqliteStore> store = MustOpen(path);
+  ASSERT_NE(store, nullptr);
+  Result<SqliteSettings> settings = store->EffectiveSettings();
+  STORE_ASSERT_OK(settings);
+  EXPECT_EQ("wal", settings->journal_mode);
+  EXPECT_EQ("FULL", settings->synchronous);
+  EXPECT_TRUE(settings->foreign_keys);
+  EXPECT_EQ(5000, settings->busy_timeout_ms);
+
+  // WAL is a property of the file: a second connection sees it.
+  RawDb raw(path);
+  EXPECT_EQ("wal", raw.Text("PRAGMA journal_mode"));
+}
+
+TEST(SqliteStoreTest, SynchronousOptionIsApplied) {
+  TempDir dir;
+  SqliteOptions options;
+  options.path = dir.File("sync.db");
+  options.synchronous = "extra";
+  options.busy_timeout_ms = 250;
+  std::unique_ptr<SqliteStore> store = MustOpen(options);
+  ASSERT_NE(store, nullptr);
+  Result<SqliteSettings> settings = store->EffectiveSettings();
+  STORE_ASSERT_OK(settings);
+  EXPECT_EQ("EXTRA", settings->synchronous);
+  EXPECT_EQ(250, settings->busy_timeout_ms);
+  EXPECT_EQ("wal", settings->journal_mode);
+}
+
+TEST(SqliteStoreTest, RejectsBadOptions) {
+  TempDir dir;
+  SqliteOptions memory;
+  memory.path = ":memory:";
+  EXPECT_EQ(Code::kInvalidArgument, SqliteStore::Open(memory).status().code());
+
+  SqliteOptions empty;
+  EXPECT_EQ(Code::kInvalidArgument, SqliteStore::Open(empty).status().code());
+
+  SqliteOptions sync;
+  sync.path = dir.File("x.db");
+  sync.synchronous = "FULL; DROP TABLE sagas";
+  Result<std::unique_ptr<SqliteStore>> bad_sync = SqliteStore::Open(sync);
+  EXPECT_EQ(Code::kInvalidArgument, bad_sync.status().code());
+  EXPECT_NE(std::string::npos, bad_sync.status().message().find("synchronous"));
+
+  SqliteOptions timeout;
+  timeout.path = dir.File("x.db");
+  timeout.busy_timeout_ms = -1;
+  EXPECT_EQ(Code::kInvalidArgument, SqliteStore::Open(timeout).status().code());
+  EXPECT_FALSE(std::filesystem::exists(dir.File("x.db")));
+}
+
+TEST(SqliteStoreTest, NotADatabaseIsAnErrorNotACrash) {
+  TempDir dir;
+  const std::string path = dir.File("garbage.db");
+  {
+    std::ofstream out(path);
+    out << std::string(4096, 'x');
+  }
+  Result<std::unique_ptr<SqliteStore>> store = SqliteStore::Open(SqliteOptions{path});
+  ASSERT_FALSE(store.ok());
+  EXPECT_EQ(Code::kInternal, store.status().code());
+  EXPECT_NE(std::string::npos, store.status().message().find("garbage.db"))
+      << store.status().message();
+}
+
+TEST(SqliteStoreTest, MigrationsAreAppliedOnceAndRecorded) {
+  TempDir dir;
+  const std::string path = dir.File("m.db");
+  for (int i = 0; i < 3; ++i) {
+    std::unique_ptr<SqliteStore> store = MustOpen(path);
+    ASSERT_NE(store, nullptr);
+    EXPECT_EQ(SqliteStore::LatestSchemaVersion(), store->SchemaVersion());
+  }
+  RawDb raw(path);
+  const std::string latest = std::to_string(SqliteStore::LatestSchemaVersion());
+  EXPECT_EQ(latest, raw.Text("SELECT COUNT(*) FROM schema_migrations"));
+  EXPECT_EQ(latest, raw.Text("SELECT MAX(version) FROM schema_migrations"));
+  EXPECT_EQ("1", raw.Text("SELECT COUNT(*) FROM schema_migrations WHERE applied_at > 0"));
+  for (const char* table : {"intents", "sagas", "steps", "journal", "effects"}) {
+    EXPECT_EQ(table, raw.Text(std::string("SELECT name FROM sqlite_master WHERE type = 'table'"
+                                          " AND name = '") +
+                              table + "'"));
+  }
+  for (const char* index : {"sagas_by_state", "journal_by_saga", "effects_by_saga"}) {
+    EXPECT_EQ(index, raw.Text(std::string("SELECT name FROM sqlite_master WHERE type = 'index'"
+                                          " AND name = '") +
+                              index + "'"));
+  }
+}
+
+TEST(SqliteStoreTest, FutureSchemaVersionIsRefused) {
+  TempDir dir;
+  const std::string path = dir.File("future.db");
+  {
+    std::unique_ptr<SqliteStore> store = MustOpen(path);
+    ASSERT_NE(store, nullptr);
+    STORE_ASSERT_OK(store->CreateIntent(MakeSaga("saga-1", "intent-1")));
+  }
+  {
+    RawDb raw(path);
+    ASSERT_EQ("", raw.Exec("INSERT INTO schema_migrations (version, applied_at) VALUES (999, 1)"));
+  }
+  Result<std::unique_ptr<SqliteStore>> store = SqliteStore::Open(SqliteOptions{path});
+  ASSERT_FALSE(store.ok());
+  EXPECT_EQ(Code::kFailedPrecondition, store.status().code()) << store.status().ToString();
+  EXPECT_NE(std::string::npos, store.status().message().find("999")) << store.status().message();
+  Result<std::unique_ptr<Store>> via_locator = OpenStore("sqlite:" + path);
+  EXPECT_EQ(Code::kFailedPrecondition, via_locator.status().code());
+  // Refusing did not touch the data.
+  RawDb raw(path);
+  EXPECT_EQ("1", raw.Text("SELECT COUNT(*) FROM sagas"));
+}
+
+TEST(SqliteStoreTest, JournalIsAppendOnly) {
+  TempDir dir;
+  const std::string path = dir.File("journal.db");
+  std::unique_ptr<SqliteStore> store = MustOpen(path);
+  ASSERT_NE(store, nullptr);
+  STORE_ASSERT_OK(store->CreateIntent(MakeSaga("saga-1", "intent-1")));
+
+  RawDb raw(path);
+  std::string update = raw.Exec("UPDATE journal SET event = 'forged'");
+  EXPECT_NE(std::string::npos, update.find("append-only")) << update;
+  std::string del = raw.Exec("DELETE FROM journal");
+  EXPECT_NE(std::string::npos, del.find("append-only")) << del;
+  EXPECT_EQ("", raw.Exec("INSERT INTO journal (saga_id, event, at_ms) VALUES ('saga-1', 'x', 1)"));
+
+  Result<std::vector<JournalEntry>> journal = store->ReadJournal("saga-1");
+  STORE_ASSERT_OK(journal);
+  ASSERT_EQ(2u, journal->size());
+  EXPECT_EQ("saga_created", (*journal)[0].event);
+}
+
+TEST(SqliteStoreTest, EffectsAreAppendOnly) {
+  TempDir dir;
+  const std::string path = dir.File("effects.db");
+  std::unique_ptr<SqliteStore> store = MustOpen(path);
+  ASSERT_NE(store, nullptr);
+  STORE_ASSERT_OK(store->CreateIntent(MakeSaga("saga-1", "intent-1")));
+  WriteBatch b;
+  b.saga_id = "saga-1";
+  b.effects = {MakeEffect("saga-1", "step0", "k", 5)};
+  STORE_ASSERT_OK(store->Commit(b));
+  RawDb raw(path);
+  EXPECT_NE("", raw.Exec("UPDATE effects SET result = NULL"));
+  EXPECT_NE("", raw.Exec("DELETE FROM effects"));
+  EXPECT_EQ("1", raw.Text("SELECT COUNT(*) FROM effects"));
+}
+
+TEST(SqliteStoreTest, ForeignKeysAreEnforced) {
+  TempDir dir;
+  const std::string path = dir.File("fk.db");
+  std::unique_ptr<SqliteStore> store = MustOpen(path);
+  ASSERT_NE(store, nullptr);
+  RawDb raw(path);
+  ASSERT_EQ("", raw.Exec("PRAGMA foreign_keys = ON"));
+  EXPECT_NE("", raw.Exec("INSERT INTO journal (saga_id, event, at_ms) VALUES ('ghost', 'x', 1)"));
+}
+
+TEST(SqliteStoreTest, JsonNullIsStoredAsSqlNull) {
+  TempDir dir;
+  const std::string path = dir.File("null.db");
+  std::unique_ptr<SqliteStore> store = MustOpen(path);
+  ASSERT_NE(store, nullptr);
+  NewSaga s = MakeSaga("saga-1", "intent-1");
+  s.input = Json();
+  STORE_ASSERT_OK(store->CreateIntent(s));
+  RawDb raw(path);
+  EXPECT_EQ("null", raw.Text("SELECT typeof(input) FROM sagas"));
+  EXPECT_EQ("null", raw.Text("SELECT typeof(args) FROM steps WHERE idx = 0"));
+  // Canonical text: sorted keys, no whitespace.
+  EXPECT_EQ(CanonicalJson(s.spec), raw.Text("SELECT spec FROM sagas"));
+  Result<SagaRecord> rec = store->LoadSaga("saga-1");
+  STORE_ASSERT_OK(rec);
+  EXPECT_TRUE(rec->input.is_null());
+}
+
+TEST(SqliteStoreTest, CorruptJsonIsInternalError) {
+  TempDir dir;
+  const std::string path = dir.File("corrupt.db");
+  std::unique_ptr<SqliteStore> store = MustOpen(path);
+  ASSERT_NE(store, nullptr);
+  STORE_ASSERT_OK(store->CreateIntent(MakeSaga("saga-1", "intent-1")));
+  RawDb raw(path);
+  ASSERT_EQ("", raw.Exec("UPDATE sagas SET spec = '{not json'"));
+  Result<SagaRecord> rec = store->LoadSaga("saga-1");
+  ASSERT_FALSE(rec.ok());
+  EXPECT_EQ(Code::kInternal, rec.status().code());
+  EXPECT_NE(std::string::npos, rec.status().message().find("sagas.spec")) << rec.status().message();
+}
+
+TEST(SqliteStoreTest, LockedDatabaseIsUnavailable) {
+  TempDir dir;
+  const std::string path = dir.File("busy.db");
+  SqliteOptions options;
+  options.path = path;
+  options.busy_timeout_ms = 50;
+  std::unique_ptr<SqliteStore> store = MustOpen(options);
+  ASSERT_NE(store, nullptr);
+  STORE_ASSERT_OK(store->CreateIntent(MakeSaga("saga-1", "intent-1")));
+
+  RawDb raw(path);
+  ASSERT_EQ("", raw.Exec("BEGIN IMMEDIATE"));  // another writer holds the lock
+  WriteBatch b;
+  b.saga_id = "saga-1";
+  b.saga_state = "running";
+  b.journal = {MakeEntry("saga-1", "", "started", 2000)};
+  Status s = store->Commit(b);
+  EXPECT_EQ(Code::kUnavailable, s.code()) << s.ToString();
+  Result<CreateOutcome> c = store->CreateIntent(MakeSaga("saga-2", "intent-2"));
+  EXPECT_EQ(Code::kUnavailable, c.status().code()) << c.status().ToString();
+  // WAL: readers are not blocked by the writer.
+  Result<SagaRecord> rec = store->LoadSaga("saga-1");
+  STORE_ASSERT_OK(rec);
+  EXPECT_EQ("pending", rec->summary.state);
+
+  ASSERT_EQ("", raw.Exec("COMMIT"));
+  STORE_ASSERT_OK(store->Commit(b));
+  Result<std::vector<JournalEntry>> j = store->ReadJournal("saga-1");
+  STORE_ASSERT_OK(j);
+  EXPECT_EQ(2u, j->size());
+}
+
+TEST(SqliteStoreTest, TwoStoresOnOneFileDoNotLoseWrites) {
+  TempDir dir;
+  const std::string path = dir.File("shared.db");
+  std::unique_ptr<SqliteStore> a = MustOpen(path);
+  std::unique_ptr<SqliteStore> b = MustOpen(path);
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  constexpr int kThreads = 6;
+  constexpr int kCommits = 20;
+  for (int t = 0; t < kThreads; ++t) {
+    STORE_ASSERT_OK(
+        a->CreateIntent(MakeSaga("saga-" + std::to_string(t), "intent-" + std::to_string(t))));
+  }
+  std::atomic<int> failures{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    Store* store = (t % 2 == 0) ? a.get() : b.get();
+    threads.emplace_back([store, t, &failures] {
+      const std::string id = "saga-" + std::to_string(t);
+      for (int i = 0; i < kCommits; ++i) {
+        WriteBatch w;
+        w.saga_id = id;
+        w.journal = {MakeEntry(id, "", "tick", i)};
+        w.effects = {MakeEffect(id, "step0", id + "/" + std::to_string(i), i)};
+        if (!store->Commit(w).ok()) failures.fetch_add(1);
+      }
+    });
+  }
+  for (std::thread& th : threads) th.join();
+  EXPECT_EQ(0, failures.load());
+  for (int t = 0; t < kThreads; ++t) {
+    const std::string id = "saga-" + std::to_string(t);
+    Result<std::vector<JournalEntry>> j = b->ReadJournal(id);
+    STORE_ASSERT_OK(j);
+    EXPECT_EQ(static_cast<size_t>(kCommits + 1), j->size());
+    Result<std::vector<EffectRecord>> f = a->ListEffects(id);
+    STORE_ASSERT_OK(f);
+    EXPECT_EQ(static_cast<size_t>(kCommits), f->size());
+  }
+}
+
+TEST(SqliteStoreTest, CommittedBatchSurvivesSigkill) {
+  TempDir dir;
+  const std::string path = dir.File("kill.db");
+  pid_t pid = fork();
+  ASSERT_NE(-1, pid);
+  if (pid == 0) {
+    // Child: commit, then die at once without closing anything.
+    Result<std::unique_ptr<SqliteStore>> store = SqliteStore::Open(SqliteOptions{path});
+    if (!store.ok()) _exit(2);
+    if (!(*store)->CreateIntent(MakeSaga("saga-1", "intent-1")).ok()) _exit(3);
+    WriteBatch w;
+    w.saga_id = "saga-1";
+    w.saga_state = "succeeded";
+    w.journal = {MakeEntry("saga-1", "", "finished", 7000)};
+    w.effects = {MakeEffect("saga-1", "step0", "k-kill", 7000)};
+    if (!(*store)->Commit(w).ok()) _exit(4);
+    raise(SIGKILL);
+    _exit(5);
+  }
+  int status = 0;
+  ASSERT_EQ(pid, waitpid(pid, &status, 0));
+  ASSERT_TRUE(WIFSIGNALED(status)) << "child exited with " << WEXITSTATUS(status);
+  EXPECT_EQ(SIGKILL, WTERMSIG(status));
+
+  std::unique_ptr<SqliteStore> store = MustOpen(path);
+  ASSERT_NE(store, nullptr);
+  Result<SagaRecord> rec = store->LoadSaga("saga-1");
+  STORE_ASSERT_OK(rec);
+  EXPECT_EQ("succeeded", rec->summary.state);
+  EXPECT_EQ(7000, rec->summary.updated_ms);
+  Result<std::vector<JournalEntry>> j = store->ReadJournal("saga-1");
+  STORE_ASSERT_OK(j);
+  ASSERT_EQ(2u, j->size());
+  EXPECT_EQ("finished", (*j)[1].event);
+  Result<std::vector<EffectRecord>> f = store->ListEffects("saga-1");
+  STORE_ASSERT_OK(f);
+  ASSERT_EQ(1u, f->size());
+}
+
+TEST(OpenStoreTest, Locators) {
+  TempDir dir;
+  const std::string path = dir.File("loc.db");
+  {
+    Result<std::unique_ptr<Store>> plain = OpenStore(path);
+    STORE_ASSERT_OK(plain);
+    STORE_ASSERT_OK((*plain)->CreateIntent(MakeSaga("saga-1", "intent-1")));
+  }
+  {
+    Result<std::unique_ptr<Store>> prefixed = OpenStore("sqlite:" + path);
+    STORE_ASSERT_OK(prefixed);
+    STORE_EXPECT_OK((*prefixed)->LoadSaga("saga-1"));  // the same file
+    EXPECT_GE((*prefixed)->SchemaVersion(), 1);
+  }
+  for (const char* pg : {"postgresql://idem@localhost/idem", "postgres://localhost/idem"}) {
+    Result<std::unique_ptr<Store>> r = OpenStore(pg);
+    EXPECT_EQ(Code::kInvalidArgument, r.status().code()) << pg;
+    EXPECT_EQ("PostgreSQL store is not built in yet", r.status().message());
+  }
+  for (const char* bad : {"", "sqlite:", "sqlite::memory:", ":memory:"}) {
+    Result<std::unique_ptr<Store>> r = OpenStore(bad);
+    EXPECT_EQ(Code::kInvalidArgument, r.status().code()) << '"' << bad << '"';
+  }
+}
+
+}  // namespace
+}  // namespace idem::storage

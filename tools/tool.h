@@ -1,0 +1,155 @@
+#pragma once
+// Tools: the operations a saga step calls, their effect classes, retry
+// policies, and the registry that names them.
+//
+// A Tool is called with a stable idempotency key that idem derives from
+// (saga, step) and stores before the call. Its outcome is a value:
+//   succeeded  the effect happened (result and external reference attached)
+//   failed     a definite refusal: the effect did not happen
+//   unknown    the call may or may not have taken effect (timeout, lost
+//              response); idem resolves it, never turns it into a fresh call
+//
+// Thread safety: a Tool may be called from several threads at once, each call
+// for a different key. ToolRegistry is safe for concurrent lookups once all
+// tools are registered.
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common/json_util.h"
+#include "common/status.h"
+
+namespace idem {
+
+/// What calling a tool does to the world (in the spirit of MCP's tool
+/// annotations). It sets the default retry policy and what the spec requires.
+enum class EffectClass {
+  kRead,          ///< no side effect: retried freely
+  kIdempotent,    ///< natural PUT/SET: repeating it changes nothing
+  kWrite,         ///< a side effect, deduplicated by key where the tool can
+  kIrreversible,  ///< a side effect that cannot be undone (a sent email)
+};
+const char* EffectClassName(EffectClass c);
+Result<EffectClass> ParseEffectClass(const std::string& name);
+
+/// What a registry knows of a tool.
+struct ToolInfo {
+  std::string name;  ///< "flights.reserve"
+  EffectClass effect = EffectClass::kWrite;
+  /// The tool applies a key at most once and answers a repeat with the first
+  /// result (like an API honouring Idempotency-Key): a same-key retry is safe.
+  bool honours_keys = false;
+  /// The tool answers Lookup(key): was this key applied, and with what result.
+  bool has_status = false;
+  std::string description;
+};
+
+/// One call of a tool.
+struct ToolCall {
+  std::string tool;
+  std::string key;  ///< the stable idempotency key; the same on every attempt
+  Json args;
+  int attempt = 1;
+  std::string saga_id;
+  std::string step_id;
+};
+
+enum class OutcomeKind { kSucceeded, kFailed, kUnknown };
+const char* OutcomeKindName(OutcomeKind k);
+
+/// The outcome of a call.
+struct ToolOutcome {
+  OutcomeKind kind = OutcomeKind::kUnknown;
+  Json result;               ///< on success
+  std::string external_ref;  ///< charge id, reservation id... on success
+  std::string error;         ///< on failure or unknown
+  bool retryable = false;    ///< failed only: a transient refusal (503, busy)
+
+  static ToolOutcome Succeeded(Json result, std::string external_ref = "");
+  static ToolOutcome Failed(std::string error, bool retryable);
+  static ToolOutcome Unknown(std::string error);
+};
+
+/// The answer of a status lookup.
+enum class LookupKind {
+  kApplied,     ///< the key took effect; result attached
+  kNotApplied,  ///< the provider has no effect under this key
+  kError,       ///< the lookup itself failed; ask again later
+};
+struct LookupOutcome {
+  LookupKind kind = LookupKind::kError;
+  Json result;
+  std::string external_ref;
+  std::string error;
+};
+
+/// A named operation. Implementations translate their own exceptions into
+/// outcomes; Invoke and Lookup must not throw.
+class Tool {
+ public:
+  virtual ~Tool() = default;
+  virtual const ToolInfo& info() const = 0;
+  virtual ToolOutcome Invoke(const ToolCall& call) = 0;
+  /// Only called when info().has_status. The default answers kError.
+  virtual LookupOutcome Lookup(const std::string& key);
+};
+
+/// A tool made of functions, for programs that embed idem.
+class FunctionTool : public Tool {
+ public:
+  using InvokeFn = std::function<ToolOutcome(const ToolCall&)>;
+  using LookupFn = std::function<LookupOutcome(const std::string& key)>;
+  /// `lookup` must be set exactly when info.has_status is true.
+  FunctionTool(ToolInfo info, InvokeFn invoke, LookupFn lookup = nullptr);
+  const ToolInfo& info() const override { return info_; }
+  ToolOutcome Invoke(const ToolCall& call) override;
+  LookupOutcome Lookup(const std::string& key) override;
+
+ private:
+  ToolInfo info_;
+  InvokeFn invoke_;
+  LookupFn lookup_;
+};
+
+/// Names tools. Owns them.
+class ToolRegistry {
+ public:
+  /// InvalidArgument for an empty or malformed name, Conflict for a duplicate.
+  Status Register(std::unique_ptr<Tool> tool);
+  /// nullptr when no tool has that name.
+  Tool* Find(const std::string& name) const;
+  std::vector<ToolInfo> List() const;
+
+ private:
+  std::map<std::string, std::unique_ptr<Tool>> tools_;
+};
+
+/// Bounded exponential backoff with full jitter (AWS architecture blog,
+/// "Exponential Backoff and Jitter"): sleep = uniform(0, min(cap, base*2^n)).
+struct RetryPolicy {
+  int max_attempts = 1;  ///< total attempts, the first included
+  int64_t initial_backoff_ms = 100;
+  int64_t max_backoff_ms = 5'000;
+
+  /// Defaults by effect class: read and idempotent up to 5 attempts; write
+  /// and irreversible 2 (one retry, taken only after a status check or when
+  /// the tool honours keys).
+  static RetryPolicy DefaultFor(EffectClass c);
+  /// Default for compensations: 5 attempts, 100 ms doubling up to 5 s.
+  static RetryPolicy DefaultCompensation();
+  /// The largest max_attempts a spec may set for the class (read/idempotent
+  /// 10, write/irreversible 2, compensation 20).
+  static int MaxAttemptsCap(EffectClass c);
+  static constexpr int kCompensationMaxAttemptsCap = 20;
+  static constexpr int64_t kMaxBackoffCapMs = 300'000;
+
+  /// The sleep before attempt `next_attempt` (2 for the first retry).
+  int64_t BackoffMs(int next_attempt, std::mt19937_64& rng) const;
+};
+
+}  // namespace idem
