@@ -1,5 +1,9 @@
 #include "cli/cli.h"
 
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -155,6 +159,30 @@ void PrintSagaText(const storage::SagaRecord& rec) {
                 Pad(st.state, 20).c_str(), Clip(extra, 100).c_str());
   }
 }
+
+// One process at a time drives the sagas of an embedded journal: `run` and
+// `recover` hold an exclusive lock on "<db>.lock" (released by the kernel
+// when the process dies, SIGKILL included). Without it, a `recover` started
+// beside a live `run` could drive the same step twice. Several processes on
+// one journal is what the PostgreSQL store's leases are for.
+class DriverLock {
+ public:
+  ~DriverLock() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  Status Acquire(const std::string& db) {
+    std::string path = db + ".lock";
+    fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (fd_ < 0) return Status::Unavailable(path + ": cannot open the driver lock");
+    if (::flock(fd_, LOCK_EX | LOCK_NB) == 0) return Status::Ok();
+    std::fprintf(stderr, "waiting: another process is driving sagas on %s\n", db.c_str());
+    if (::flock(fd_, LOCK_EX) != 0) return Status::Unavailable(path + ": cannot take the lock");
+    return Status::Ok();
+  }
+
+ private:
+  int fd_ = -1;
+};
 
 struct Options {
   std::string db;
@@ -351,6 +379,11 @@ int RunCli(int argc, char** argv, const FrontendConfig& config) {
   }
   if (validate->parsed()) return CmdValidate(o, tools);
 
+  DriverLock lock;
+  if (run->parsed() || recover->parsed()) {
+    Status locked = lock.Acquire(o.db);
+    if (!locked.ok()) return Fail(locked);
+  }
   auto store = storage::OpenStore(o.db);
   if (!store.ok()) return Fail(store.status());
   if (run->parsed()) return CmdRun(o, tools, store->get());

@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# The travel demo on the embedded store (SQLite), in three scenarios:
+#   1. the happy path;
+#   2. a failure rolled back: the hotel refuses (the flight is cancelled), then
+#      the card is declined (car, hotel and flight undone in reverse order);
+#   3. the process killed with SIGKILL mid-saga and `recover` finishing it,
+#      with the providers' ledger showing one effect per step.
+# Usage: scripts/demo.sh [BUILD_DIR]
+set -uo pipefail
+BUILD=${1:-build}
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+BIN="$ROOT/$BUILD/examples/travel_booking"
+[ -d "$BIN" ] || BIN="$BUILD/examples/travel_booking"
+TB="$BIN/travel-booking"
+LEDGER="$BIN/travel-ledger"
+SPEC="$ROOT/examples/travel_booking/trip.json"
+INPUT="@$ROOT/examples/travel_booking/input.json"
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/idem-demo.XXXXXX")
+trap 'rm -rf "$WORK"' EXIT
+
+bold() { printf '\n\033[1m%s\033[0m\n' "$*"; }
+say() { printf '$ %s\n' "$*"; }
+
+bold "== 1. Happy path: flight, hotel, car, payment =="
+DB="$WORK/happy.db"
+say "travel-booking --db happy.db run trip.json --input @input.json --intent-key ana-tokyo"
+"$TB" --db "$DB" run "$SPEC" --input "$INPUT" --intent-key ana-tokyo
+echo "(exit $?)"
+say "travel-booking --db happy.db run trip.json --input @input.json --intent-key ana-tokyo   # the agent repeats itself"
+"$TB" --db "$DB" run "$SPEC" --input "$INPUT" --intent-key ana-tokyo
+echo "(exit $?: the same saga, nothing called twice)"
+"$LEDGER" "$DB.ledger.sqlite"
+
+bold "== 2a. The hotel refuses: the flight is cancelled =="
+DB="$WORK/rollback.db"
+say "travel-booking --fault hotels.book=reject run trip.json ..."
+"$TB" --db "$DB" --fault hotels.book=reject run "$SPEC" --input "$INPUT" --intent-key ana-hotel-full
+echo "(exit $?: 3 = rolled back)"
+
+bold "== 2b. The card is declined: car, hotel and flight undone in reverse order =="
+say "travel-booking --fault payments.charge=reject run trip.json ..."
+"$TB" --db "$DB" --fault payments.charge=reject run "$SPEC" --input "$INPUT" --intent-key ana-card-declined
+echo "(exit $?: 3 = rolled back)"
+"$LEDGER" "$DB.ledger.sqlite"
+
+bold "== 3. SIGKILL mid-saga, then recover =="
+DB="$WORK/crash.db"
+echo "The hotel provider books the room, and the process is killed before the"
+echo "answer reaches the journal (IDEM_FAILPOINT=provider.after_apply=kill@2)."
+say "IDEM_FAILPOINT='provider.after_apply=kill@2' travel-booking --db crash.db run trip.json ..."
+IDEM_FAILPOINT='provider.after_apply=kill@2' "$TB" --db "$DB" run "$SPEC" --input "$INPUT" \
+  --intent-key ana-crash
+rc=$?
+echo "(exit $rc: $( [ $rc -eq 137 ] && echo 'killed by SIGKILL' || echo 'unexpected' ))"
+say "travel-booking --db crash.db list"
+"$TB" --db "$DB" list
+echo "The hotel does not deduplicate keys, so idem asks its status endpoint"
+echo "instead of calling it again:"
+say "travel-booking --db crash.db recover"
+"$TB" --db "$DB" recover
+echo "(exit $?)"
+say "travel-ledger crash.db.ledger.sqlite --check"
+"$LEDGER" "$DB.ledger.sqlite" --check
+rc=$?
+if [ $rc -eq 0 ]; then echo "one effect per step: no duplicates"; else echo "DUPLICATES FOUND"; exit 1; fi
