@@ -1,9 +1,5 @@
 #include "cli/cli.h"
 
-#include <fcntl.h>
-#include <sys/file.h>
-#include <unistd.h>
-
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -16,6 +12,9 @@
 #include "storage/store.h"
 
 #include "common/failpoint.h"
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
 
 namespace idem::cli {
 namespace {
@@ -193,6 +192,11 @@ struct Options {
   std::string status_filter;
   bool json = false;
   int concurrency = 4;
+  std::string step_id;
+  std::string decision;
+  std::string who;
+  std::string note;
+  std::string result;
 };
 
 Result<Json> ReadInput(const std::string& text) {
@@ -313,6 +317,27 @@ int CmdRecover(const Options& o, const ToolRegistry& tools, storage::Store* stor
   return worst;
 }
 
+int CmdResolve(const Options& o, const ToolRegistry& tools, storage::Store* store) {
+  auto decision = ParseDecision(o.decision);
+  if (!decision.ok()) return Fail(decision.status());
+  Resolution r;
+  r.step_id = o.step_id;
+  r.decision = *decision;
+  r.who = o.who;
+  r.note = o.note;
+  if (!o.result.empty()) {
+    auto result = ReadInput(o.result);
+    if (!result.ok()) return Fail(result.status());
+    r.result = *result;
+  }
+  Engine engine(store, &tools, LiveEngineOptions(true));
+  auto rec = engine.Resolve(o.saga_id, r);
+  if (!rec.ok()) return Fail(rec.status());
+  std::printf("outcome: %s%s%s\n", rec->summary.state.c_str(),
+              rec->summary.reason.empty() ? "" : " - ", rec->summary.reason.c_str());
+  return ExitForSagaState(rec->summary.state);
+}
+
 int CmdFailpoints() {
   for (const auto& fp : failpoint::KnownFailpoints()) {
     std::printf("%-32s %s\n", fp.name, fp.boundary);
@@ -354,6 +379,19 @@ int RunCli(int argc, char** argv, const FrontendConfig& config) {
   recover->add_option("--concurrency", o.concurrency, "sagas resumed at once")
       ->check(CLI::Range(1, 64));
 
+  auto* resolve = app.add_subcommand(
+      "resolve", "record a person's decision about a parked step, then drive the saga on");
+  resolve->add_option("SAGA", o.saga_id, "saga id")->required();
+  resolve->add_option("STEP", o.step_id, "step id")->required();
+  resolve
+      ->add_option("--decision", o.decision,
+                   "applied | not_applied | retry (a needs_attention step); "
+                   "undone | retry_undo (a compensation_failed step)")
+      ->required();
+  resolve->add_option("--as", o.who, "who decides (recorded in the journal)")->required();
+  resolve->add_option("--note", o.note, "why (recorded in the journal)");
+  resolve->add_option("--result", o.result, "for applied: the provider's result, JSON or @FILE");
+
   auto* fps = app.add_subcommand("failpoints", "list the failpoint names IDEM_FAILPOINT accepts");
 
   app.footer(
@@ -380,7 +418,7 @@ int RunCli(int argc, char** argv, const FrontendConfig& config) {
   if (validate->parsed()) return CmdValidate(o, tools);
 
   DriverLock lock;
-  if (run->parsed() || recover->parsed()) {
+  if (run->parsed() || recover->parsed() || resolve->parsed()) {
     Status locked = lock.Acquire(o.db);
     if (!locked.ok()) return Fail(locked);
   }
@@ -390,6 +428,7 @@ int RunCli(int argc, char** argv, const FrontendConfig& config) {
   if (status->parsed()) return CmdStatus(o, store->get());
   if (list->parsed()) return CmdList(o, store->get());
   if (recover->parsed()) return CmdRecover(o, tools, store->get());
+  if (resolve->parsed()) return CmdResolve(o, tools, store->get());
   return kExitUsage;
 }
 

@@ -9,6 +9,7 @@
 //   status SAGA [--json]
 //   list [--status S] [--json]
 //   recover                                        resume unfinished sagas
+//   resolve SAGA STEP --decision D --as NAME       a person's decision on a parked step
 //   failpoints                                     list the failpoint names
 // Global options: --db PATH (default ./idem.db, or $IDEM_DB).
 //

@@ -365,7 +365,7 @@ Result<StepEnd> SagaRun::DriveStep(int index, bool rolling_back) {
       }
       st.args = *args;
       st.args_fingerprint = Fingerprint(st.args);
-      st.attempt = 1;
+      ++st.attempt;  // 1, or one more after a person asked for a retry
       IDEM_FAILPOINT("step.before_submitted");
       IDEM_RETURN_IF_ERROR(fire(StepEvent::kSubmitted));
       IDEM_RETURN_IF_ERROR(CommitStep(st, "submitted",
@@ -671,6 +671,155 @@ Result<SagaRecord> Engine::Run(const std::string& saga_id) {
   SagaRun run(store_, tools_, options_, std::move(rec).value(), std::move(spec).value());
   IDEM_RETURN_IF_ERROR(run.Drive());
   return run.record();
+}
+
+Result<Decision> ParseDecision(const std::string& name) {
+  if (name == "applied") return Decision::kApplied;
+  if (name == "not_applied") return Decision::kNotApplied;
+  if (name == "retry") return Decision::kRetry;
+  if (name == "undone") return Decision::kUndone;
+  if (name == "retry_undo") return Decision::kRetryUndo;
+  return Status::InvalidArgument("decision \"" + name +
+                                 "\": expected applied, not_applied, retry, undone or retry_undo");
+}
+
+namespace {
+const char* DecisionName(Decision d) {
+  switch (d) {
+    case Decision::kApplied:
+      return "applied";
+    case Decision::kNotApplied:
+      return "not_applied";
+    case Decision::kRetry:
+      return "retry";
+    case Decision::kUndone:
+      return "undone";
+    case Decision::kRetryUndo:
+      return "retry_undo";
+  }
+  return "?";
+}
+}  // namespace
+
+Result<SagaRecord> Engine::Resolve(const std::string& saga_id, const Resolution& r) {
+  if (r.who.empty()) return Status::InvalidArgument("resolve: who decided is required (--as NAME)");
+  auto rec = store_->LoadSaga(saga_id);
+  if (!rec.ok()) return rec.status();
+  if (rec->summary.state != SagaStateName(SagaState::kNeedsAttention)) {
+    return Status::FailedPrecondition("saga " + saga_id + " is " + rec->summary.state +
+                                      ", not needs_attention");
+  }
+  StepRecord* st = nullptr;
+  for (StepRecord& s : rec->steps) {
+    if (s.step_id == r.step_id) st = &s;
+  }
+  if (st == nullptr)
+    return Status::NotFound("saga " + saga_id + " has no step \"" + r.step_id + "\"");
+  auto parsed = ParseStepState(st->state);
+  if (!parsed) return Status::Internal("step has an unknown state \"" + st->state + "\"");
+  StepMachine m(*parsed);
+  StepEvent event = StepEvent::kOperatorNotApplied;
+  switch (r.decision) {
+    case Decision::kApplied:
+      event = StepEvent::kOperatorApplied;
+      break;
+    case Decision::kNotApplied:
+      event = StepEvent::kOperatorNotApplied;
+      break;
+    case Decision::kRetry:
+      event = StepEvent::kOperatorRetry;
+      break;
+    case Decision::kUndone:
+      event = StepEvent::kOperatorUndone;
+      break;
+    case Decision::kRetryUndo:
+      event = StepEvent::kOperatorRetryUndo;
+      break;
+  }
+  auto cmds = m.Fire(event);
+  if (!cmds.ok()) {
+    return Status::FailedPrecondition("step " + r.step_id + " is " + st->state + ": decision \"" +
+                                      DecisionName(r.decision) + "\" does not apply");
+  }
+  int64_t now = options_.clock->NowMs();
+  Json who = {{"by", r.who}, {"decision", DecisionName(r.decision)}, {"note", r.note}};
+  storage::WriteBatch b;
+  b.saga_id = saga_id;
+  st->state = StepStateName(m.state());
+  st->updated_ms = now;
+  const std::string comp_key = compensation::CompensationKey(st->step_key);
+  switch (r.decision) {
+    case Decision::kApplied: {
+      st->result = r.result;
+      st->error.clear();
+      storage::EffectRecord eff{saga_id,      st->step_id, "action", st->tool,
+                                st->step_key, r.result,    "",       now};
+      b.effects.push_back(eff);
+      break;
+    }
+    case Decision::kNotApplied:
+      st->error =
+          "resolved by " + r.who + ": not applied" + (r.note.empty() ? "" : " (" + r.note + ")");
+      break;
+    case Decision::kRetry:
+      st->error.clear();
+      break;
+    case Decision::kUndone: {
+      st->error.clear();
+      auto spec = ParseSpec(rec->spec, *tools_);
+      std::string comp_tool = st->tool;
+      if (spec.ok() && st->index < static_cast<int>(spec->steps.size()) &&
+          spec->steps[st->index].compensate) {
+        comp_tool = spec->steps[st->index].compensate->tool;
+      }
+      storage::EffectRecord eff{saga_id,   st->step_id, "compensation",
+                                comp_tool, comp_key,    {{"resolved_by", r.who}},
+                                "",        now};
+      b.effects.push_back(eff);
+      break;
+    }
+    case Decision::kRetryUndo:
+      st->error.clear();
+      st->comp_attempt = 1;
+      break;
+  }
+  b.steps.push_back(*st);
+  storage::JournalEntry je;
+  je.saga_id = saga_id;
+  je.step_id = st->step_id;
+  je.event = "operator_resolved";
+  je.data = who;
+  je.at_ms = now;
+  b.journal.push_back(je);
+  if (r.decision == Decision::kRetryUndo) {
+    storage::JournalEntry sub = je;
+    sub.event = "compensation_submitted";
+    sub.data = {{"attempt", 1}, {"key", comp_key}, {"by", r.who}};
+    b.journal.push_back(sub);
+  }
+  // Undo on if a rollback had begun, else go on forward (a step now failed
+  // starts the rollback from there).
+  bool rolling_back = false;
+  for (const StepRecord& s : rec->steps) {
+    rolling_back |=
+        s.state == "compensating" || s.state == "compensated" || s.state == "compensation_failed";
+  }
+  SagaMachine saga(SagaState::kNeedsAttention);
+  auto scmds =
+      saga.Fire(rolling_back ? SagaEvent::kOperatorResumedUndo : SagaEvent::kOperatorResumed);
+  if (!scmds.ok()) return scmds.status();
+  b.saga_state = SagaStateName(saga.state());
+  b.saga_reason = rec->summary.reason;
+  storage::JournalEntry resumed = je;
+  resumed.step_id.clear();
+  resumed.event = std::string("saga_") + SagaStateName(saga.state());
+  resumed.data = {{"resumed_by", r.who}};
+  b.journal.push_back(resumed);
+  IDEM_RETURN_IF_ERROR(store_->Commit(b));
+  if (options_.observer) {
+    for (const auto& e : b.journal) options_.observer(e);
+  }
+  return Run(saga_id);
 }
 
 Result<RecoveryReport> Engine::Recover(int concurrency) {

@@ -54,6 +54,25 @@ struct RecoveryReport {
   std::vector<std::string> errors;  ///< sagas that could not be driven, with why
 };
 
+/// A person's decision about a parked step (`needs_attention`, or
+/// `compensation_failed`), after checking with the provider.
+enum class Decision {
+  kApplied,     ///< the action did take effect (result optional)
+  kNotApplied,  ///< the action did not take effect: the step failed
+  kRetry,       ///< call the action again, with the same key
+  kUndone,      ///< the failed compensation has been carried out by hand
+  kRetryUndo,   ///< run the compensation again, with the same key
+};
+Result<Decision> ParseDecision(const std::string& name);
+
+struct Resolution {
+  std::string step_id;
+  Decision decision = Decision::kNotApplied;
+  Json result = Json::object();  ///< kApplied: what the provider reported
+  std::string who;               ///< required: who decided
+  std::string note;
+};
+
 class Engine {
  public:
   /// Neither pointer is owned; both must outlive the engine.
@@ -69,6 +88,12 @@ class Engine {
   /// waiting; returns its final record. A store error stops the drive and is
   /// returned; the journal then says where to resume.
   Result<storage::SagaRecord> Run(const std::string& saga_id);
+
+  /// Records a person's decision about a parked step of a saga that needs
+  /// attention (journal: who, when, what, why), then drives the saga on.
+  /// kFailedPrecondition if the saga or step is not parked, or the decision
+  /// does not fit the step's state; kInvalidArgument without `who`.
+  Result<storage::SagaRecord> Resolve(const std::string& saga_id, const Resolution& resolution);
 
   /// Resumes every pending, running or compensating saga, `concurrency` at
   /// a time.

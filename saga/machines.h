@@ -39,6 +39,11 @@ enum class StepEvent {
   kUndone,               ///< the compensation succeeded
   kUndoFailedRetryable,  ///< the compensation failed; try again with backoff
   kUndoFailedFinal,      ///< the compensation failed for good
+  kOperatorApplied,      ///< a person confirmed the parked action took effect
+  kOperatorNotApplied,   ///< a person confirmed it did not
+  kOperatorRetry,        ///< a person asks for another attempt, same key
+  kOperatorUndone,       ///< a person confirmed the failed undo is done
+  kOperatorRetryUndo,    ///< a person asks for another round of undo attempts
 };
 const char* StepEventName(StepEvent e);
 
@@ -77,16 +82,18 @@ class StepMachine {
 // ---- saga machine
 
 enum class SagaEvent {
-  kStarted,            ///< the executor took the saga up
-  kStepCompletedMore,  ///< a step succeeded and more remain
-  kStepCompletedLast,  ///< the last step succeeded
-  kStepFailedUndo,     ///< a step failed for good; completed effects exist
-  kStepFailedNothing,  ///< a step failed for good; nothing to undo
-  kStepParked,         ///< a step needs a person
-  kCancelRequested,    ///< a caller cancelled
-  kUndoCompletedMore,  ///< a compensation finished; more remain
-  kUndoCompletedLast,  ///< the last compensation finished
-  kUndoParked,         ///< a compensation gave up: a person must look
+  kStarted,              ///< the executor took the saga up
+  kStepCompletedMore,    ///< a step succeeded and more remain
+  kStepCompletedLast,    ///< the last step succeeded
+  kStepFailedUndo,       ///< a step failed for good; completed effects exist
+  kStepFailedNothing,    ///< a step failed for good; nothing to undo
+  kStepParked,           ///< a step needs a person
+  kCancelRequested,      ///< a caller cancelled
+  kUndoCompletedMore,    ///< a compensation finished; more remain
+  kUndoCompletedLast,    ///< the last compensation finished
+  kUndoParked,           ///< a compensation gave up: a person must look
+  kOperatorResumed,      ///< a person resolved the parked step; go on forward
+  kOperatorResumedUndo,  ///< a person resolved the parked step; go on undoing
 };
 const char* SagaEventName(SagaEvent e);
 

@@ -32,6 +32,8 @@ struct CancelRequested {};
 struct UndoCompletedMore {};
 struct UndoCompletedLast {};
 struct UndoParked {};
+struct OperatorResumed {};
+struct OperatorResumedUndo {};
 
 // ---- states
 template <SagaState S>
@@ -106,7 +108,9 @@ struct SagaMachineDef : msmf::state_machine_def<SagaMachineDef> {
   msmf::Row < Running         , CancelRequested  , Compensating    , UndoNextStep  , none >,
   msmf::Row < Compensating    , UndoCompletedMore, Compensating    , UndoNextStep  , none >,
   msmf::Row < Compensating    , UndoCompletedLast, Compensated     , RecordTerminal, none >,
-  msmf::Row < Compensating    , UndoParked       , NeedsAttention  , RecordParked  , none >
+  msmf::Row < Compensating    , UndoParked       , NeedsAttention  , RecordParked  , none >,
+  msmf::Row < NeedsAttention  , OperatorResumed  , Running         , RunNextStep   , none >,
+  msmf::Row < NeedsAttention  , OperatorResumedUndo, Compensating  , UndoNextStep  , none >
   > {};
   // clang-format on
 
@@ -174,6 +178,10 @@ Result<std::vector<SagaCommand>> SagaMachine::Fire(SagaEvent event) {
       return Process(f, UndoCompletedLast{}, event);
     case SagaEvent::kUndoParked:
       return Process(f, UndoParked{}, event);
+    case SagaEvent::kOperatorResumed:
+      return Process(f, OperatorResumed{}, event);
+    case SagaEvent::kOperatorResumedUndo:
+      return Process(f, OperatorResumedUndo{}, event);
   }
   return Status::IllegalTransition("unknown saga event");
 }
@@ -200,6 +208,10 @@ const char* SagaEventName(SagaEvent e) {
       return "undo_completed_last";
     case SagaEvent::kUndoParked:
       return "undo_parked";
+    case SagaEvent::kOperatorResumed:
+      return "operator_resumed";
+    case SagaEvent::kOperatorResumedUndo:
+      return "operator_resumed_undo";
   }
   return "?";
 }

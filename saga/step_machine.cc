@@ -6,8 +6,8 @@
 
 // The tables have more rows than MPL's preprocessed default of 20.
 #define BOOST_MPL_CFG_NO_PREPROCESSED_HEADERS
-#define BOOST_MPL_LIMIT_VECTOR_SIZE 30
-#define BOOST_MPL_LIMIT_MAP_SIZE 30
+#define BOOST_MPL_LIMIT_VECTOR_SIZE 40
+#define BOOST_MPL_LIMIT_MAP_SIZE 40
 #include <boost/msm/back/state_machine.hpp>
 #include <boost/msm/front/functor_row.hpp>
 #include <boost/msm/front/state_machine_def.hpp>
@@ -38,6 +38,11 @@ struct RollbackStarted {};
 struct Undone {};
 struct UndoFailedRetryable {};
 struct UndoFailedFinal {};
+struct OperatorApplied {};
+struct OperatorNotApplied {};
+struct OperatorRetry {};
+struct OperatorUndone {};
+struct OperatorRetryUndo {};
 
 // ---- states: each records its id on entry
 template <StepState S>
@@ -124,7 +129,13 @@ struct StepMachineDef : msmf::state_machine_def<StepMachineDef> {
   msmf::Row < SucceededS         , RollbackStarted    , Compensating      , CallCompensation , none >,
   msmf::Row < Compensating       , Undone             , Compensated       , RecordUndone     , none >,
   msmf::Row < Compensating       , UndoFailedRetryable, Compensating      , ScheduleUndoRetry, none >,
-  msmf::Row < Compensating       , UndoFailedFinal    , CompensationFailed, ParkStep         , none >
+  msmf::Row < Compensating       , UndoFailedFinal    , CompensationFailed, ParkStep         , none >,
+  //         +-------------------+--------------------+-------------------+------------------+----------------------------------------+
+  msmf::Row < NeedsAttention     , OperatorApplied    , SucceededS        , RecordSucceeded  , none >,
+  msmf::Row < NeedsAttention     , OperatorNotApplied , Failed            , RecordFailed     , none >,
+  msmf::Row < NeedsAttention     , OperatorRetry      , Planned           , none             , none >,
+  msmf::Row < CompensationFailed , OperatorUndone     , Compensated       , RecordUndone     , none >,
+  msmf::Row < CompensationFailed , OperatorRetryUndo  , Compensating      , CallCompensation , none >
   > {};
   // clang-format on
 
@@ -198,6 +209,16 @@ Result<std::vector<StepCommand>> StepMachine::Fire(StepEvent event) {
       return Process(f, UndoFailedRetryable{}, event);
     case StepEvent::kUndoFailedFinal:
       return Process(f, UndoFailedFinal{}, event);
+    case StepEvent::kOperatorApplied:
+      return Process(f, OperatorApplied{}, event);
+    case StepEvent::kOperatorNotApplied:
+      return Process(f, OperatorNotApplied{}, event);
+    case StepEvent::kOperatorRetry:
+      return Process(f, OperatorRetry{}, event);
+    case StepEvent::kOperatorUndone:
+      return Process(f, OperatorUndone{}, event);
+    case StepEvent::kOperatorRetryUndo:
+      return Process(f, OperatorRetryUndo{}, event);
   }
   return Status::IllegalTransition("unknown step event");
 }
@@ -230,6 +251,16 @@ const char* StepEventName(StepEvent e) {
       return "undo_failed_retryable";
     case StepEvent::kUndoFailedFinal:
       return "undo_failed_final";
+    case StepEvent::kOperatorApplied:
+      return "operator_applied";
+    case StepEvent::kOperatorNotApplied:
+      return "operator_not_applied";
+    case StepEvent::kOperatorRetry:
+      return "operator_retry";
+    case StepEvent::kOperatorUndone:
+      return "operator_undone";
+    case StepEvent::kOperatorRetryUndo:
+      return "operator_retry_undo";
   }
   return "?";
 }

@@ -440,5 +440,95 @@ TEST_F(EngineTest, UnresolvedTemplateFailsTheStepBeforeAnyCall) {
   EXPECT_TRUE(provider_.order.empty());
 }
 
+TEST_F(EngineTest, OperatorResolvesAParkedStepAsAppliedAndTheSagaGoesOn) {
+  provider_.script["neither.do"] = {"lose"};
+  auto parked = SubmitAndRun(Spec("neither.do"));
+  ASSERT_EQ(parked.summary.state, "needs_attention");
+  Engine e = MakeEngine();
+  Resolution r;
+  r.step_id = "second";
+  r.decision = Decision::kApplied;
+  r.result = {{"ref", "checked-by-phone"}};
+  r.who = "maria";
+  r.note = "provider confirmed by phone";
+  auto rec = e.Resolve(parked.summary.saga_id, r);
+  ASSERT_TRUE(rec.ok()) << rec.status().ToString();
+  EXPECT_EQ(rec->summary.state, "succeeded");
+  EXPECT_EQ(rec->steps[1].result["ref"], "checked-by-phone");
+  EXPECT_EQ(Calls(rec->steps[1].step_key), 1) << "no call after a person's word";
+  auto journal = store_->ReadJournal(rec->summary.saga_id);
+  ASSERT_TRUE(journal.ok());
+  bool recorded = false;
+  for (const auto& j : *journal) {
+    if (j.event == "operator_resolved") {
+      recorded = j.data["by"] == "maria" && j.data["decision"] == "applied" &&
+                 j.data["note"] == "provider confirmed by phone";
+    }
+  }
+  EXPECT_TRUE(recorded);
+}
+
+TEST_F(EngineTest, OperatorSaysNotAppliedAndTheSagaRollsBack) {
+  provider_.script["neither.do"] = {"hang"};
+  auto parked = SubmitAndRun(Spec("neither.do"));
+  ASSERT_EQ(parked.summary.state, "needs_attention");
+  Engine e = MakeEngine();
+  Resolution r{"second", Decision::kNotApplied, Json::object(), "maria", "no booking found"};
+  auto rec = e.Resolve(parked.summary.saga_id, r);
+  ASSERT_TRUE(rec.ok()) << rec.status().ToString();
+  EXPECT_EQ(rec->summary.state, "compensated");
+  EXPECT_EQ(rec->steps[1].state, "failed");
+  EXPECT_EQ(Applied(compensation::CompensationKey(rec->steps[0].step_key)), 1);
+}
+
+TEST_F(EngineTest, OperatorRetryCallsAgainWithTheSameKey) {
+  provider_.script["neither.do"] = {"hang"};
+  auto parked = SubmitAndRun(Spec("neither.do"));
+  ASSERT_EQ(parked.summary.state, "needs_attention");
+  Engine e = MakeEngine();
+  Resolution r{"second", Decision::kRetry, Json::object(), "maria", ""};
+  auto rec = e.Resolve(parked.summary.saga_id, r);
+  ASSERT_TRUE(rec.ok()) << rec.status().ToString();
+  EXPECT_EQ(rec->summary.state, "succeeded");
+  EXPECT_EQ(rec->steps[1].attempt, 2);
+  EXPECT_EQ(Calls(rec->steps[1].step_key), 2);
+  EXPECT_EQ(Applied(rec->steps[1].step_key), 1);
+}
+
+TEST_F(EngineTest, OperatorRetriesAFailedCompensation) {
+  provider_.script["c.do"] = {"reject"};
+  provider_.script["b.undo"] = std::vector<std::string>(5, "fail");
+  auto parked = SubmitAndRun(Spec());
+  ASSERT_EQ(parked.summary.state, "needs_attention");
+  Engine e = MakeEngine();
+  Resolution r{"second", Decision::kRetryUndo, Json::object(), "ops", "provider is back"};
+  auto rec = e.Resolve(parked.summary.saga_id, r);
+  ASSERT_TRUE(rec.ok()) << rec.status().ToString();
+  EXPECT_EQ(rec->summary.state, "compensated");
+  EXPECT_EQ(Applied(compensation::CompensationKey(rec->steps[1].step_key)), 1);
+  EXPECT_EQ(Applied(compensation::CompensationKey(rec->steps[0].step_key)), 1);
+}
+
+TEST_F(EngineTest, ResolveRefusesWhatDoesNotFit) {
+  auto done = SubmitAndRun(Spec());
+  Engine e = MakeEngine();
+  Resolution r{"second", Decision::kApplied, Json::object(), "maria", ""};
+  EXPECT_EQ(e.Resolve(done.summary.saga_id, r).status().code(), Code::kFailedPrecondition);
+
+  provider_.script["neither.do"] = {"lose"};
+  auto parked = SubmitAndRun(Spec("neither.do"), "intent-2");
+  Resolution wrong{"second", Decision::kUndone, Json::object(), "maria", ""};
+  auto w = e.Resolve(parked.summary.saga_id, wrong);
+  EXPECT_EQ(w.status().code(), Code::kFailedPrecondition);
+  EXPECT_NE(w.status().message().find("does not apply"), std::string::npos);
+  Resolution nobody{"second", Decision::kApplied, Json::object(), "", ""};
+  EXPECT_EQ(e.Resolve(parked.summary.saga_id, nobody).status().code(), Code::kInvalidArgument);
+  Resolution missing{"nope", Decision::kApplied, Json::object(), "maria", ""};
+  EXPECT_EQ(e.Resolve(parked.summary.saga_id, missing).status().code(), Code::kNotFound);
+  auto still = store_->LoadSaga(parked.summary.saga_id);
+  ASSERT_TRUE(still.ok());
+  EXPECT_EQ(still->summary.state, "needs_attention") << "refusals write nothing";
+}
+
 }  // namespace
 }  // namespace idem

@@ -44,7 +44,12 @@ INSTANTIATE_TEST_SUITE_P(
         Row{S::kRunning, E::kCancelRequested, S::kCompensating, {C::kUndoNextStep}},
         Row{S::kCompensating, E::kUndoCompletedMore, S::kCompensating, {C::kUndoNextStep}},
         Row{S::kCompensating, E::kUndoCompletedLast, S::kCompensated, {C::kRecordTerminal}},
-        Row{S::kCompensating, E::kUndoParked, S::kNeedsAttention, {C::kRecordParked}}));
+        Row{S::kCompensating, E::kUndoParked, S::kNeedsAttention, {C::kRecordParked}},
+        Row{S::kNeedsAttention, E::kOperatorResumed, S::kRunning, {C::kRunNextStep}},
+        Row{S::kNeedsAttention, E::kOperatorResumedUndo, S::kCompensating, {C::kUndoNextStep}}),
+    [](const auto& info) {
+      return std::string(SagaStateName(info.param.from)) + "_" + SagaEventName(info.param.event);
+    });
 
 TEST(SagaMachineTest, RestoresEveryState) {
   for (int i = 0; i <= static_cast<int>(S::kNeedsAttention); ++i) {
@@ -75,7 +80,13 @@ INSTANTIATE_TEST_SUITE_P(Illegal, SagaRefusalTest,
                                            Refusal{S::kPending, E::kStepCompletedLast},
                                            Refusal{S::kCompensating, E::kStepCompletedMore},
                                            Refusal{S::kNeedsAttention, E::kStarted},
-                                           Refusal{S::kFailed, E::kUndoCompletedLast}));
+                                           Refusal{S::kFailed, E::kUndoCompletedLast},
+                                           Refusal{S::kRunning, E::kOperatorResumed},
+                                           Refusal{S::kSucceeded, E::kOperatorResumedUndo}),
+                         [](const auto& info) {
+                           return std::string(SagaStateName(info.param.from)) + "_" +
+                                  SagaEventName(info.param.event);
+                         });
 
 }  // namespace
 }  // namespace idem

@@ -47,7 +47,10 @@ INSTANTIATE_TEST_SUITE_P(
         Row{S::kSucceeded, E::kRollbackStarted, S::kCompensating, {C::kCallCompensation}},
         Row{S::kCompensating, E::kUndone, S::kCompensated, {C::kRecordUndone}},
         Row{S::kCompensating, E::kUndoFailedRetryable, S::kCompensating, {C::kScheduleUndoRetry}},
-        Row{S::kCompensating, E::kUndoFailedFinal, S::kCompensationFailed, {C::kParkStep}}));
+        Row{S::kCompensating, E::kUndoFailedFinal, S::kCompensationFailed, {C::kParkStep}}),
+    [](const auto& info) {
+      return std::string(StepStateName(info.param.from)) + "_" + StepEventName(info.param.event);
+    });
 
 TEST(StepMachineTest, RestoresEveryState) {
   for (int i = 0; i <= static_cast<int>(S::kNeedsAttention); ++i) {
@@ -73,22 +76,28 @@ TEST_P(StepRefusalTest, IllegalTransitionIsRefusedAndStateKept) {
   EXPECT_EQ(m.state(), r.from);
 }
 
-INSTANTIATE_TEST_SUITE_P(Illegal, StepRefusalTest,
-                         ::testing::Values(
-                             // A planned step cannot succeed without being submitted first.
-                             Refusal{S::kPlanned, E::kSucceeded},
-                             // Never compensate an unknown outcome before resolving it.
-                             Refusal{S::kUnknown, E::kRollbackStarted},
-                             // An unknown outcome cannot become a fresh, unkeyed call.
-                             Refusal{S::kUnknown, E::kSubmitted},
-                             // A failed step had no effect: nothing to compensate.
-                             Refusal{S::kFailed, E::kRollbackStarted},
-                             // Done means done.
-                             Refusal{S::kCompensated, E::kRollbackStarted},
-                             Refusal{S::kSucceeded, E::kSubmitted},
-                             Refusal{S::kNeedsAttention, E::kSubmitted},
-                             Refusal{S::kSubmitted, E::kUndone},
-                             Refusal{S::kCompensationFailed, E::kUndone}));
+INSTANTIATE_TEST_SUITE_P(
+    Illegal, StepRefusalTest,
+    ::testing::Values(
+        // A planned step cannot succeed without being submitted first.
+        Refusal{S::kPlanned, E::kSucceeded},
+        // Never compensate an unknown outcome before resolving it.
+        Refusal{S::kUnknown, E::kRollbackStarted},
+        // An unknown outcome cannot become a fresh, unkeyed call.
+        Refusal{S::kUnknown, E::kSubmitted},
+        // A failed step had no effect: nothing to compensate.
+        Refusal{S::kFailed, E::kRollbackStarted},
+        // Done means done.
+        Refusal{S::kCompensated, E::kRollbackStarted}, Refusal{S::kSucceeded, E::kSubmitted},
+        Refusal{S::kNeedsAttention, E::kSubmitted}, Refusal{S::kSubmitted, E::kUndone},
+        Refusal{S::kCompensationFailed, E::kUndone},
+        // Operators resolve parked steps only.
+        Refusal{S::kSucceeded, E::kOperatorApplied}, Refusal{S::kUnknown, E::kOperatorNotApplied},
+        Refusal{S::kNeedsAttention, E::kOperatorUndone},
+        Refusal{S::kCompensated, E::kOperatorRetryUndo}),
+    [](const auto& info) {
+      return std::string(StepStateName(info.param.from)) + "_" + StepEventName(info.param.event);
+    });
 
 }  // namespace
 }  // namespace idem
