@@ -309,7 +309,9 @@ int CmdRecover(const Options& o, const ToolRegistry& tools, storage::Store* stor
     if (!rec.ok()) return Fail(rec.status());
     std::printf("recovered %s: %s%s%s\n", id.c_str(), rec->summary.state.c_str(),
                 rec->summary.reason.empty() ? "" : " - ", rec->summary.reason.c_str());
-    if (rec->summary.state == "needs_attention") worst = kExitNeedsAttention;
+    // The worst outcome decides: needs attention (4) > rolled back (3) > ok.
+    int code = ExitForSagaState(rec->summary.state);
+    if (code == kExitNeedsAttention || (code == kExitRolledBack && worst == kExitOk)) worst = code;
   }
   for (const std::string& e : report->errors) std::fprintf(stderr, "error: %s\n", e.c_str());
   std::printf("recovery: %d saga(s) resumed\n", report->resumed);

@@ -22,6 +22,10 @@ using storage::StepRecord;
 using storage::WriteBatch;
 
 enum class StepEnd { kSucceeded, kFailed, kParked };
+
+// Total attempts allowed when each resend follows a status lookup that
+// confirmed the key was not applied (see ResolveUnknown).
+constexpr int kMaxConfirmedAbsentAttempts = 5;
 enum class UndoEnd { kUndone, kParked };
 
 // Drives one saga. Holds the in-memory copy of its record, which every
@@ -304,7 +308,11 @@ StepEvent SagaRun::ResolveUnknown(const StepSpec& spec, Tool* tool, StepRecord* 
         return StepEvent::kResolvedApplied;
       }
       if (look.kind == LookupKind::kNotApplied) {
-        if (!rolling_back && attempts_left) return StepEvent::kResolvedRetry;
+        // The provider says the key never took effect, so a same-key resend
+        // cannot duplicate it. Attempts burnt by crashes between `submitted`
+        // and the call must not end the saga: allow resends up to a hard cap.
+        bool resend_ok = attempts_left || st->attempt < kMaxConfirmedAbsentAttempts;
+        if (!rolling_back && resend_ok) return StepEvent::kResolvedRetry;
         st->error = "status lookup: key " + st->step_key + " was not applied";
         return StepEvent::kResolvedNotApplied;
       }

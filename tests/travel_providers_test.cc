@@ -1,0 +1,897 @@
+// The travel example's simulated providers (examples/travel_booking): key
+// deduplication and its absence, status lookups, fault injection, the
+// dtm-style barrier (RELIABILITY.md rows 21-22), failpoints and concurrency,
+// each checked against a real SQLite ledger in a fresh temporary directory.
+
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "examples/travel_booking/providers.h"
+#include "tools/tool.h"
+
+#include "common/failpoint.h"
+#include <unistd.h>
+
+namespace idem::travel {
+namespace {
+
+namespace fs = std::filesystem;
+
+const char* const kExpectedSyntax =
+    " (expected TOOL=MODE[@N], MODE one of fail, fail_times(K), reject, lose_request, "
+    "lose_response, delay(MS))";
+
+class TempDir {
+ public:
+  TempDir() {
+    std::string tmpl = (fs::temp_directory_path() / "idem_travel_XXXXXX").string();
+    if (mkdtemp(tmpl.data()) == nullptr) {
+      ADD_FAILURE() << "mkdtemp failed for " << tmpl;
+      return;
+    }
+    path_ = tmpl;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    if (!path_.empty()) fs::remove_all(path_, ec);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+ToolCall Call(const std::string& tool, const std::string& key, Json args = Json::object()) {
+  ToolCall call;
+  call.tool = tool;
+  call.key = key;
+  call.args = std::move(args);
+  return call;
+}
+
+/// An action and the compensation that undoes it, with its reference field.
+struct Pair {
+  std::string action;
+  std::string compensation;
+  std::string ref_field;  ///< of the action's result
+};
+
+const std::vector<Pair>& Pairs() {
+  static const std::vector<Pair> pairs = {
+      {"flights.reserve", "flights.cancel", "reservation_id"},
+      {"hotels.book", "hotels.cancel", "booking_id"},
+      {"cars.rent", "cars.return", "rental_id"},
+      {"payments.charge", "payments.refund", "charge_id"},
+  };
+  return pairs;
+}
+
+std::string ProviderOf(const std::string& tool) { return tool.substr(0, tool.find('.')); }
+std::string OperationOf(const std::string& tool) { return tool.substr(tool.find('.') + 1); }
+
+Json ArgsFor(const std::string& tool) {
+  if (tool == "flights.reserve") {
+    return {{"traveller", "Ana"}, {"from", "LIS"}, {"to", "NRT"}, {"date", "2026-12-01"}};
+  }
+  if (tool == "hotels.book") return {{"city", "Tokyo"}, {"check_in", "2026-12-01"}};
+  if (tool == "cars.rent") return {{"city", "Tokyo"}, {"from", "2026-12-01"}};
+  if (tool == "payments.charge") return {{"amount_cents", 184000}, {"currency", "EUR"}};
+  return Json::object();
+}
+
+class TravelProviderTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    failpoint::DisarmAll();
+    ASSERT_FALSE(dir_.path().empty());
+    options_.ledger_path = dir_.path() + "/ledger.sqlite";
+  }
+  void TearDown() override { failpoint::DisarmAll(); }
+
+  /// Registers the eight tools with `faults` (TOOL=MODE[@N]) and opens the
+  /// ledger beside them. False (with a test failure) when anything fails.
+  bool Register(const std::vector<std::string>& faults = {}) {
+    for (const auto& text : faults) {
+      Result<FaultRule> rule = ParseFaultRule(text);
+      if (!rule.ok()) {
+        ADD_FAILURE() << text << ": " << rule.status().ToString();
+        return false;
+      }
+      options_.faults.push_back(*rule);
+    }
+    Status s = RegisterTravelTools(registry_, options_);
+    if (!s.ok()) {
+      ADD_FAILURE() << s.ToString();
+      return false;
+    }
+    Result<std::shared_ptr<Ledger>> ledger = Ledger::Open(options_.ledger_path, /*create=*/false);
+    if (!ledger.ok()) {
+      ADD_FAILURE() << ledger.status().ToString();
+      return false;
+    }
+    ledger_ = *ledger;
+    return true;
+  }
+
+  Tool* Find(const std::string& name) {
+    Tool* tool = registry_.Find(name);
+    if (tool == nullptr) ADD_FAILURE() << "no tool " << name;
+    return tool;
+  }
+
+  ToolOutcome Invoke(const std::string& tool, const std::string& key, Json args) {
+    Tool* t = Find(tool);
+    if (t == nullptr) return ToolOutcome::Unknown("test: no tool " + tool);
+    return t->Invoke(Call(tool, key, std::move(args)));
+  }
+  ToolOutcome Invoke(const std::string& tool, const std::string& key) {
+    return Invoke(tool, key, ArgsFor(tool));
+  }
+
+  LookupOutcome Lookup(const std::string& tool, const std::string& key) {
+    Tool* t = Find(tool);
+    if (t == nullptr) return LookupOutcome();
+    return t->Lookup(key);
+  }
+
+  /// Effect rows of `tool` under `key`; -1 when the ledger cannot say.
+  int Effects(const std::string& tool, const std::string& key) {
+    Result<int> n = ledger_->CountEffects(tool, key);
+    EXPECT_TRUE(n.ok()) << n.status().ToString();
+    return n.ok() ? *n : -1;
+  }
+  /// Effect rows under `key`, any tool.
+  int AllEffects(const std::string& key) {
+    Result<int> n = ledger_->CountEffects(key);
+    EXPECT_TRUE(n.ok()) << n.status().ToString();
+    return n.ok() ? *n : -1;
+  }
+  int Attempts(const std::string& tool, const std::string& key) {
+    Result<int> n = ledger_->CountCalls(tool, key);
+    EXPECT_TRUE(n.ok()) << n.status().ToString();
+    return n.ok() ? *n : -1;
+  }
+  bool Barred(const std::string& provider, const std::string& key) {
+    Result<bool> b = ledger_->IsBarred(provider, key);
+    EXPECT_TRUE(b.ok()) << b.status().ToString();
+    return b.ok() && *b;
+  }
+
+  /// The outcomes logged in `calls` for (provider, operation, key), in order.
+  /// `operation` is "lookup" for status lookups.
+  std::vector<std::string> Outcomes(const std::string& provider, const std::string& operation,
+                                    const std::string& key) {
+    std::vector<std::string> out;
+    Result<std::vector<LedgerCall>> calls = ledger_->Calls();
+    EXPECT_TRUE(calls.ok()) << calls.status().ToString();
+    if (!calls.ok()) return out;
+    for (const auto& c : *calls) {
+      if (c.provider == provider && c.operation == operation && c.idempotency_key == key) {
+        out.push_back(c.outcome);
+      }
+    }
+    return out;
+  }
+  std::vector<std::string> Outcomes(const std::string& tool, const std::string& key) {
+    return Outcomes(ProviderOf(tool), OperationOf(tool), key);
+  }
+
+  std::vector<LedgerEffect> EffectRows(const std::string& tool, const std::string& key) {
+    std::vector<LedgerEffect> out;
+    Result<std::vector<LedgerEffect>> effects = ledger_->Effects();
+    EXPECT_TRUE(effects.ok()) << effects.status().ToString();
+    if (!effects.ok()) return out;
+    for (const auto& e : *effects) {
+      if (e.provider == ProviderOf(tool) && e.operation == OperationOf(tool) &&
+          e.idempotency_key == key) {
+        out.push_back(e);
+      }
+    }
+    return out;
+  }
+
+  std::vector<DuplicateEffect> Duplicates() {
+    Result<std::vector<DuplicateEffect>> d = ledger_->Duplicates();
+    EXPECT_TRUE(d.ok()) << d.status().ToString();
+    return d.ok() ? *d : std::vector<DuplicateEffect>{};
+  }
+
+  TempDir dir_;
+  ProviderOptions options_;
+  ToolRegistry registry_;
+  std::shared_ptr<Ledger> ledger_;
+};
+
+using Strings = std::vector<std::string>;
+
+// ---- the tools
+
+TEST_F(TravelProviderTest, ToolsMatchTheReadmeTable) {
+  ASSERT_TRUE(Register());
+  struct Row {
+    const char* name;
+    EffectClass effect;
+    bool honours_keys;
+    bool has_status;
+  };
+  const std::vector<Row> rows = {
+      {"flights.reserve", EffectClass::kWrite, true, true},
+      {"flights.cancel", EffectClass::kIdempotent, true, false},
+      {"hotels.book", EffectClass::kWrite, false, true},
+      {"hotels.cancel", EffectClass::kIdempotent, true, true},
+      {"cars.rent", EffectClass::kWrite, false, false},
+      {"cars.return", EffectClass::kIdempotent, true, false},
+      {"payments.charge", EffectClass::kWrite, true, true},
+      {"payments.refund", EffectClass::kIdempotent, true, false},
+  };
+  std::set<std::string> expected_names;
+  for (const auto& row : rows) {
+    SCOPED_TRACE(row.name);
+    expected_names.insert(row.name);
+    Tool* tool = Find(row.name);
+    ASSERT_NE(tool, nullptr);
+    EXPECT_EQ(tool->info().name, row.name);
+    EXPECT_EQ(tool->info().effect, row.effect);
+    EXPECT_EQ(tool->info().honours_keys, row.honours_keys);
+    EXPECT_EQ(tool->info().has_status, row.has_status);
+  }
+  const Strings& names = TravelToolNames();
+  EXPECT_EQ(std::set<std::string>(names.begin(), names.end()), expected_names);
+  EXPECT_EQ(names.size(), rows.size());
+  EXPECT_EQ(registry_.List().size(), rows.size());
+}
+
+TEST_F(TravelProviderTest, KeyHonouringActionsApplyARepeatedKeyOnce) {
+  ASSERT_TRUE(Register());
+  for (const std::string tool : {"flights.reserve", "payments.charge"}) {
+    SCOPED_TRACE(tool);
+    ToolOutcome first = Invoke(tool, "k1");
+    ASSERT_EQ(first.kind, OutcomeKind::kSucceeded) << first.error;
+    EXPECT_FALSE(first.external_ref.empty());
+    ToolOutcome again = Invoke(tool, "k1");
+    ASSERT_EQ(again.kind, OutcomeKind::kSucceeded) << again.error;
+    EXPECT_EQ(again.result, first.result);
+    EXPECT_EQ(again.external_ref, first.external_ref);
+    EXPECT_EQ(Effects(tool, "k1"), 1);
+    EXPECT_EQ(Attempts(tool, "k1"), 2);
+    EXPECT_EQ(Outcomes(tool, "k1"), (Strings{"applied", "repeat"}));
+
+    std::vector<LedgerEffect> rows = EffectRows(tool, "k1");
+    ASSERT_EQ(rows.size(), 1u);
+    EXPECT_EQ(rows[0].result, first.result);
+    EXPECT_EQ(rows[0].args, ArgsFor(tool));
+
+    // Another key is another effect.
+    ToolOutcome other = Invoke(tool, "k2");
+    ASSERT_EQ(other.kind, OutcomeKind::kSucceeded) << other.error;
+    EXPECT_NE(other.external_ref, first.external_ref);
+    EXPECT_EQ(Effects(tool, "k2"), 1);
+  }
+  EXPECT_TRUE(Duplicates().empty());
+}
+
+TEST_F(TravelProviderTest, CompensationsApplyARepeatedKeyOnce) {
+  ASSERT_TRUE(Register());
+  for (const Pair& p : Pairs()) {
+    SCOPED_TRACE(p.compensation);
+    ToolOutcome action = Invoke(p.action, "a1");
+    ASSERT_EQ(action.kind, OutcomeKind::kSucceeded) << action.error;
+    ToolOutcome undo = Invoke(p.compensation, "a1:compensate", Json::object());
+    ASSERT_EQ(undo.kind, OutcomeKind::kSucceeded) << undo.error;
+    EXPECT_FALSE(undo.result.contains("null_compensation"));
+    // The undo names what it undid, taken from the action's result.
+    EXPECT_EQ(undo.result[p.ref_field], action.external_ref);
+    ToolOutcome again = Invoke(p.compensation, "a1:compensate", Json::object());
+    ASSERT_EQ(again.kind, OutcomeKind::kSucceeded) << again.error;
+    EXPECT_EQ(again.result, undo.result);
+    EXPECT_EQ(again.external_ref, undo.external_ref);
+    EXPECT_EQ(Effects(p.compensation, "a1:compensate"), 1);
+    EXPECT_EQ(Outcomes(p.compensation, "a1:compensate"), (Strings{"applied", "repeat"}));
+    EXPECT_FALSE(Barred(ProviderOf(p.action), "a1"));
+  }
+  EXPECT_TRUE(Duplicates().empty());
+}
+
+TEST_F(TravelProviderTest, RefundCarriesTheChargedAmount) {
+  ASSERT_TRUE(Register());
+  ToolOutcome charge = Invoke("payments.charge", "p1", {{"amount_cents", 12345}});
+  ASSERT_EQ(charge.kind, OutcomeKind::kSucceeded) << charge.error;
+  EXPECT_EQ(charge.result["amount_cents"], 12345);
+  EXPECT_EQ(charge.result["currency"], "EUR");
+  ToolOutcome refund = Invoke("payments.refund", "p1:compensate", Json::object());
+  ASSERT_EQ(refund.kind, OutcomeKind::kSucceeded) << refund.error;
+  EXPECT_EQ(refund.result["charge_id"], charge.external_ref);
+  EXPECT_EQ(refund.result["amount_cents"], 12345);
+  EXPECT_FALSE(refund.external_ref.empty());
+  EXPECT_NE(refund.external_ref, charge.external_ref);
+}
+
+TEST_F(TravelProviderTest, HotelsBookAndCarsRentApplyARepeatedKeyTwice) {
+  ASSERT_TRUE(Register());
+  for (const std::string tool : {"hotels.book", "cars.rent"}) {
+    SCOPED_TRACE(tool);
+    ToolOutcome first = Invoke(tool, "dup");
+    ToolOutcome second = Invoke(tool, "dup");
+    ASSERT_EQ(first.kind, OutcomeKind::kSucceeded) << first.error;
+    ASSERT_EQ(second.kind, OutcomeKind::kSucceeded) << second.error;
+    EXPECT_FALSE(first.external_ref.empty());
+    EXPECT_FALSE(second.external_ref.empty());
+    EXPECT_NE(first.external_ref, second.external_ref);  // a second room, a second car
+    EXPECT_EQ(Effects(tool, "dup"), 2);
+    EXPECT_EQ(Outcomes(tool, "dup"), (Strings{"applied", "applied"}));
+    std::vector<LedgerEffect> rows = EffectRows(tool, "dup");
+    ASSERT_EQ(rows.size(), 2u);
+    EXPECT_EQ(rows[0].result, first.result);
+    EXPECT_EQ(rows[1].result, second.result);
+    EXPECT_LT(rows[0].id, rows[1].id);
+  }
+  // The crash checker (travel-ledger --check) reads exactly this.
+  std::vector<DuplicateEffect> dups = Duplicates();
+  ASSERT_EQ(dups.size(), 2u);
+  EXPECT_EQ(dups[0].provider, "hotels");
+  EXPECT_EQ(dups[0].operation, "book");
+  EXPECT_EQ(dups[0].idempotency_key, "dup");
+  EXPECT_EQ(dups[0].count, 2);
+  EXPECT_EQ(dups[1].provider, "cars");
+  EXPECT_EQ(dups[1].operation, "rent");
+  EXPECT_EQ(dups[1].idempotency_key, "dup");
+  EXPECT_EQ(dups[1].count, 2);
+  EXPECT_EQ(AllEffects("dup"), 4);
+
+  // A third call is a third row.
+  ASSERT_EQ(Invoke("cars.rent", "dup").kind, OutcomeKind::kSucceeded);
+  EXPECT_EQ(Effects("cars.rent", "dup"), 3);
+}
+
+TEST_F(TravelProviderTest, InvalidArgsAreRefusedWithNoEffect) {
+  ASSERT_TRUE(Register());
+  ToolOutcome bad_amount = Invoke("payments.charge", "p9", {{"amount_cents", "lots"}});
+  EXPECT_EQ(bad_amount.kind, OutcomeKind::kFailed);
+  EXPECT_FALSE(bad_amount.retryable);
+  EXPECT_EQ(bad_amount.error, "payments.charge: amount_cents must be a non-negative integer");
+  EXPECT_EQ(Effects("payments.charge", "p9"), 0);
+  EXPECT_EQ(Attempts("payments.charge", "p9"), 1);
+
+  ToolOutcome negative = Invoke("payments.charge", "p10", {{"amount_cents", -1}});
+  EXPECT_EQ(negative.kind, OutcomeKind::kFailed);
+  EXPECT_EQ(Effects("payments.charge", "p10"), 0);
+
+  ToolOutcome not_object = Invoke("hotels.book", "h9", Json::array());
+  EXPECT_EQ(not_object.kind, OutcomeKind::kFailed);
+  EXPECT_FALSE(not_object.retryable);
+  EXPECT_EQ(not_object.error, "hotels.book: args must be a JSON object");
+  EXPECT_EQ(Effects("hotels.book", "h9"), 0);
+  EXPECT_EQ(Outcomes("hotels.book", "h9"), (Strings{"error"}));
+}
+
+// ---- status lookups
+
+TEST_F(TravelProviderTest, StatusLookupsAnswerAppliedAndNotApplied) {
+  ASSERT_TRUE(Register());
+  for (const std::string tool : {"flights.reserve", "hotels.book", "payments.charge"}) {
+    SCOPED_TRACE(tool);
+    EXPECT_EQ(Lookup(tool, "s1").kind, LookupKind::kNotApplied);
+    ToolOutcome done = Invoke(tool, "s1");
+    ASSERT_EQ(done.kind, OutcomeKind::kSucceeded) << done.error;
+    LookupOutcome found = Lookup(tool, "s1");
+    EXPECT_EQ(found.kind, LookupKind::kApplied) << found.error;
+    EXPECT_EQ(found.result, done.result);
+    EXPECT_EQ(found.external_ref, done.external_ref);
+    EXPECT_EQ(Lookup(tool, "s2").kind, LookupKind::kNotApplied);
+    // Lookups are logged, but are not attempts.
+    EXPECT_EQ(Outcomes(ProviderOf(tool), "lookup", "s1"), (Strings{"not_applied", "applied"}));
+    EXPECT_EQ(Outcomes(ProviderOf(tool), "lookup", "s2"), (Strings{"not_applied"}));
+    EXPECT_EQ(Attempts(tool, "s1"), 1);
+  }
+
+  // hotels.cancel answers for its own key.
+  ASSERT_EQ(Invoke("hotels.book", "h1").kind, OutcomeKind::kSucceeded);
+  EXPECT_EQ(Lookup("hotels.cancel", "h1:compensate").kind, LookupKind::kNotApplied);
+  ToolOutcome cancel = Invoke("hotels.cancel", "h1:compensate", Json::object());
+  ASSERT_EQ(cancel.kind, OutcomeKind::kSucceeded) << cancel.error;
+  LookupOutcome cancelled = Lookup("hotels.cancel", "h1:compensate");
+  EXPECT_EQ(cancelled.kind, LookupKind::kApplied);
+  EXPECT_EQ(cancelled.result, cancel.result);
+  // The booking itself is still applied: a cancel is a new effect, not a deletion.
+  EXPECT_EQ(Lookup("hotels.book", "h1").kind, LookupKind::kApplied);
+}
+
+TEST_F(TravelProviderTest, LookupOfADuplicatedBookingAnswersTheFirst) {
+  ASSERT_TRUE(Register());
+  ToolOutcome first = Invoke("hotels.book", "h1");
+  ToolOutcome second = Invoke("hotels.book", "h1");
+  ASSERT_EQ(first.kind, OutcomeKind::kSucceeded);
+  ASSERT_EQ(second.kind, OutcomeKind::kSucceeded);
+  LookupOutcome found = Lookup("hotels.book", "h1");
+  EXPECT_EQ(found.kind, LookupKind::kApplied);
+  EXPECT_EQ(found.result, first.result);
+  EXPECT_EQ(found.external_ref, first.external_ref);
+}
+
+TEST_F(TravelProviderTest, ToolsWithoutStatusAnswerLookupError) {
+  ASSERT_TRUE(Register());
+  for (const std::string tool : {"cars.rent", "flights.cancel", "cars.return", "payments.refund"}) {
+    SCOPED_TRACE(tool);
+    ToolOutcome done = Invoke(tool, "n1");
+    ASSERT_EQ(done.kind, OutcomeKind::kSucceeded) << done.error;
+    EXPECT_EQ(Effects(tool, "n1"), 1);
+    EXPECT_EQ(Lookup(tool, "n1").kind, LookupKind::kError);
+    EXPECT_TRUE(Outcomes(ProviderOf(tool), "lookup", "n1").empty());
+  }
+}
+
+// ---- faults
+
+TEST_F(TravelProviderTest, FailIsATransientRefusalWithNoEffect) {
+  ASSERT_TRUE(Register({"flights.reserve=fail"}));
+  for (int i = 1; i <= 3; ++i) {
+    ToolOutcome o = Invoke("flights.reserve", "f1");
+    EXPECT_EQ(o.kind, OutcomeKind::kFailed);
+    EXPECT_TRUE(o.retryable);
+    EXPECT_EQ(o.error,
+              "injected fault: transient failure (flights.reserve call " + std::to_string(i) + ")");
+  }
+  EXPECT_EQ(Effects("flights.reserve", "f1"), 0);
+  EXPECT_EQ(Outcomes("flights.reserve", "f1"), (Strings{"fault:fail", "fault:fail", "fault:fail"}));
+  EXPECT_EQ(Lookup("flights.reserve", "f1").kind, LookupKind::kNotApplied);
+  // Only the named tool is faulted.
+  EXPECT_EQ(Invoke("hotels.book", "f1").kind, OutcomeKind::kSucceeded);
+}
+
+TEST_F(TravelProviderTest, FailTimesFailsTheFirstKCallsThenRunsNormally) {
+  ASSERT_TRUE(Register({"payments.charge=fail_times(2)"}));
+  ToolOutcome o1 = Invoke("payments.charge", "p1");
+  ToolOutcome o2 = Invoke("payments.charge", "p1");
+  ToolOutcome o3 = Invoke("payments.charge", "p1");
+  ToolOutcome o4 = Invoke("payments.charge", "p1");
+  EXPECT_EQ(o1.kind, OutcomeKind::kFailed);
+  EXPECT_TRUE(o1.retryable);
+  EXPECT_EQ(o2.kind, OutcomeKind::kFailed);
+  EXPECT_TRUE(o2.retryable);
+  ASSERT_EQ(o3.kind, OutcomeKind::kSucceeded) << o3.error;
+  ASSERT_EQ(o4.kind, OutcomeKind::kSucceeded) << o4.error;
+  EXPECT_EQ(o4.result, o3.result);
+  EXPECT_EQ(Effects("payments.charge", "p1"), 1);
+  EXPECT_EQ(Outcomes("payments.charge", "p1"),
+            (Strings{"fault:fail", "fault:fail", "applied", "repeat"}));
+}
+
+TEST_F(TravelProviderTest, RejectIsAPermanentRefusalWithNoEffect) {
+  ASSERT_TRUE(Register({"hotels.book=reject"}));
+  ToolOutcome o = Invoke("hotels.book", "r1");
+  EXPECT_EQ(o.kind, OutcomeKind::kFailed);
+  EXPECT_FALSE(o.retryable);
+  EXPECT_EQ(o.error, "injected fault: permanent refusal (hotels.book call 1)");
+  EXPECT_EQ(Effects("hotels.book", "r1"), 0);
+  EXPECT_EQ(Outcomes("hotels.book", "r1"), (Strings{"fault:reject"}));
+  EXPECT_EQ(Lookup("hotels.book", "r1").kind, LookupKind::kNotApplied);
+}
+
+TEST_F(TravelProviderTest, LoseRequestHasNoEffectAndAnswersUnknown) {
+  ASSERT_TRUE(Register({"flights.reserve=lose_request", "cars.rent=lose_request"}));
+  for (const std::string tool : {"flights.reserve", "cars.rent"}) {
+    SCOPED_TRACE(tool);
+    ToolOutcome o = Invoke(tool, "l1");
+    EXPECT_EQ(o.kind, OutcomeKind::kUnknown);
+    EXPECT_EQ(o.error, "request lost");
+    EXPECT_EQ(Effects(tool, "l1"), 0);
+    EXPECT_EQ(Outcomes(tool, "l1"), (Strings{"fault:lose_request"}));
+  }
+  EXPECT_EQ(Lookup("flights.reserve", "l1").kind, LookupKind::kNotApplied);
+}
+
+TEST_F(TravelProviderTest, LoseResponseCommitsTheEffectAndAnswersUnknown) {
+  ASSERT_TRUE(Register({"flights.reserve=lose_response@1", "hotels.book=lose_response@1",
+                        "cars.rent=lose_response@1"}));
+  for (const std::string tool : {"flights.reserve", "hotels.book", "cars.rent"}) {
+    SCOPED_TRACE(tool);
+    ToolOutcome o = Invoke(tool, "x1");
+    EXPECT_EQ(o.kind, OutcomeKind::kUnknown);
+    EXPECT_EQ(o.error, "response lost");
+    EXPECT_EQ(Effects(tool, "x1"), 1);
+    EXPECT_EQ(Outcomes(tool, "x1"), (Strings{"applied;response_lost"}));
+  }
+  // The lookup finds what was committed, and a key-honouring retry replays it.
+  LookupOutcome found = Lookup("flights.reserve", "x1");
+  ASSERT_EQ(found.kind, LookupKind::kApplied);
+  std::vector<LedgerEffect> rows = EffectRows("flights.reserve", "x1");
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_EQ(found.result, rows[0].result);
+  ToolOutcome retry = Invoke("flights.reserve", "x1");
+  ASSERT_EQ(retry.kind, OutcomeKind::kSucceeded) << retry.error;
+  EXPECT_EQ(retry.result, found.result);
+  EXPECT_EQ(retry.external_ref, found.external_ref);
+  EXPECT_EQ(Effects("flights.reserve", "x1"), 1);
+  // A blind retry of the booking books a second room.
+  ASSERT_EQ(Invoke("hotels.book", "x1").kind, OutcomeKind::kSucceeded);
+  EXPECT_EQ(Effects("hotels.book", "x1"), 2);
+}
+
+TEST_F(TravelProviderTest, DelayHoldsTheCallThenRunsIt) {
+  constexpr int kDelayMs = 150;
+  ASSERT_TRUE(Register({"flights.reserve=delay(" + std::to_string(kDelayMs) + ")"}));
+  auto start = std::chrono::steady_clock::now();
+  ToolOutcome o = Invoke("flights.reserve", "d1");
+  auto elapsed = std::chrono::duration_cast<std::chrono::milliseconds>(
+                     std::chrono::steady_clock::now() - start)
+                     .count();
+  ASSERT_EQ(o.kind, OutcomeKind::kSucceeded) << o.error;
+  EXPECT_GE(elapsed, kDelayMs);
+  EXPECT_EQ(Effects("flights.reserve", "d1"), 1);
+  EXPECT_EQ(Outcomes("flights.reserve", "d1"), (Strings{"applied"}));
+}
+
+TEST_F(TravelProviderTest, AtNHitsOnlyTheNthCallOfThatTool) {
+  ASSERT_TRUE(Register({"flights.reserve=fail@2", "hotels.book=lose_request@3"}));
+  // Calls of other tools do not advance the count.
+  ASSERT_EQ(Invoke("hotels.book", "h1").kind, OutcomeKind::kSucceeded);
+  ASSERT_EQ(Invoke("hotels.book", "h2").kind, OutcomeKind::kSucceeded);
+
+  ToolOutcome c1 = Invoke("flights.reserve", "a");
+  ToolOutcome c2 = Invoke("flights.reserve", "b");
+  ToolOutcome c3 = Invoke("flights.reserve", "b");
+  ToolOutcome c4 = Invoke("flights.reserve", "c");
+  EXPECT_EQ(c1.kind, OutcomeKind::kSucceeded) << c1.error;
+  EXPECT_EQ(c2.kind, OutcomeKind::kFailed);
+  EXPECT_TRUE(c2.retryable);
+  EXPECT_EQ(c2.error, "injected fault: transient failure (flights.reserve call 2)");
+  EXPECT_EQ(c3.kind, OutcomeKind::kSucceeded) << c3.error;
+  EXPECT_EQ(c4.kind, OutcomeKind::kSucceeded) << c4.error;
+  EXPECT_EQ(Outcomes("flights.reserve", "b"), (Strings{"fault:fail", "applied"}));
+  EXPECT_EQ(Effects("flights.reserve", "b"), 1);
+
+  ToolOutcome h3 = Invoke("hotels.book", "h3");
+  EXPECT_EQ(h3.kind, OutcomeKind::kUnknown);
+  EXPECT_EQ(h3.error, "request lost");
+  EXPECT_EQ(Effects("hotels.book", "h3"), 0);
+  ToolOutcome h4 = Invoke("hotels.book", "h3");
+  EXPECT_EQ(h4.kind, OutcomeKind::kSucceeded) << h4.error;
+  EXPECT_EQ(Effects("hotels.book", "h3"), 1);
+}
+
+TEST_F(TravelProviderTest, StatusLookupsNeverFault) {
+  ASSERT_TRUE(Register({"flights.reserve=reject", "hotels.book=lose_request"}));
+  EXPECT_EQ(Lookup("flights.reserve", "k").kind, LookupKind::kNotApplied);
+  EXPECT_EQ(Lookup("hotels.book", "k").kind, LookupKind::kNotApplied);
+  // Lookups do not count as calls for @N either.
+  EXPECT_EQ(Outcomes("flights", "lookup", "k"), (Strings{"not_applied"}));
+}
+
+TEST_F(TravelProviderTest, RegisterRefusesAFaultForAnUnknownTool) {
+  options_.faults.push_back({"nope.x", "fail", 0, 0});
+  Status s = RegisterTravelTools(registry_, options_);
+  EXPECT_EQ(s.code(), Code::kInvalidArgument);
+  EXPECT_EQ(s.message(), "fault for unknown tool \"nope.x\"");
+  EXPECT_EQ(registry_.Find("flights.reserve"), nullptr);
+}
+
+// ---- the barrier (RELIABILITY.md rows 21 and 22)
+
+TEST_F(TravelProviderTest, NullCompensationAppliesNothingAndBarsTheAction) {
+  ASSERT_TRUE(Register());
+  for (const Pair& p : Pairs()) {
+    SCOPED_TRACE(p.compensation);
+    const std::string provider = ProviderOf(p.action);
+    EXPECT_FALSE(Barred(provider, "A"));
+    ToolOutcome undo = Invoke(p.compensation, "A:compensate", Json::object());
+    ASSERT_EQ(undo.kind, OutcomeKind::kSucceeded) << undo.error;
+    EXPECT_EQ(undo.result, (Json{{"null_compensation", true}}));
+    EXPECT_EQ(Effects(p.compensation, "A:compensate"), 0);
+    EXPECT_EQ(Outcomes(p.compensation, "A:compensate"), (Strings{"null_compensation"}));
+    EXPECT_TRUE(Barred(provider, "A"));
+    // A repeat is still a null compensation.
+    ToolOutcome again = Invoke(p.compensation, "A:compensate", Json::object());
+    ASSERT_EQ(again.kind, OutcomeKind::kSucceeded) << again.error;
+    EXPECT_EQ(again.result, (Json{{"null_compensation", true}}));
+    EXPECT_EQ(Effects(p.compensation, "A:compensate"), 0);
+  }
+  // The barrier is per provider.
+  EXPECT_FALSE(Barred("flights", "B"));
+  EXPECT_EQ(AllEffects("A:compensate"), 0);
+}
+
+TEST_F(TravelProviderTest, HangingActionIsRefusedWithNoEffect) {
+  ASSERT_TRUE(Register());
+  for (const Pair& p : Pairs()) {
+    SCOPED_TRACE(p.action);
+    ASSERT_EQ(Invoke(p.compensation, "H:compensate", Json::object()).kind, OutcomeKind::kSucceeded);
+    for (int i = 0; i < 2; ++i) {
+      ToolOutcome late = Invoke(p.action, "H");
+      EXPECT_EQ(late.kind, OutcomeKind::kFailed);
+      EXPECT_FALSE(late.retryable);
+      EXPECT_EQ(late.error, "action arrived after its compensation");
+    }
+    EXPECT_EQ(Effects(p.action, "H"), 0);
+    EXPECT_EQ(Outcomes(p.action, "H"),
+              (Strings{"refused_after_compensation", "refused_after_compensation"}));
+    if (Find(p.action)->info().has_status) {
+      EXPECT_EQ(Lookup(p.action, "H").kind, LookupKind::kNotApplied);
+    }
+    // Other keys of the same provider are not barred.
+    EXPECT_EQ(Invoke(p.action, "other").kind, OutcomeKind::kSucceeded);
+    EXPECT_EQ(Effects(p.action, "other"), 1);
+  }
+  EXPECT_EQ(AllEffects("H"), 0);
+  EXPECT_EQ(AllEffects("H:compensate"), 0);
+}
+
+TEST_F(TravelProviderTest, CompensationOfARefusedActionIsNull) {
+  ASSERT_TRUE(Register({"payments.charge=reject"}));
+  ASSERT_EQ(Invoke("payments.charge", "c1").kind, OutcomeKind::kFailed);
+  ToolOutcome undo = Invoke("payments.refund", "c1:compensate", Json::object());
+  ASSERT_EQ(undo.kind, OutcomeKind::kSucceeded) << undo.error;
+  EXPECT_EQ(undo.result, (Json{{"null_compensation", true}}));
+  EXPECT_EQ(Effects("payments.refund", "c1:compensate"), 0);
+  EXPECT_TRUE(Barred("payments", "c1"));
+}
+
+TEST_F(TravelProviderTest, CompensationAfterTheActionIsNotNull) {
+  ASSERT_TRUE(Register());
+  ASSERT_EQ(Invoke("cars.rent", "R").kind, OutcomeKind::kSucceeded);
+  ToolOutcome undo = Invoke("cars.return", "R:compensate", Json::object());
+  ASSERT_EQ(undo.kind, OutcomeKind::kSucceeded) << undo.error;
+  EXPECT_EQ(undo.result["returned"], true);
+  EXPECT_EQ(Effects("cars.return", "R:compensate"), 1);
+  EXPECT_FALSE(Barred("cars", "R"));
+  EXPECT_EQ(Outcomes("cars.return", "R:compensate"), (Strings{"applied"}));
+}
+
+TEST_F(TravelProviderTest, CompensationKeyWithoutTheSuffixSkipsTheBarrier) {
+  ASSERT_TRUE(Register());
+  ToolOutcome undo = Invoke("flights.cancel", "plain", {{"reservation_id", "FL-X"}});
+  ASSERT_EQ(undo.kind, OutcomeKind::kSucceeded) << undo.error;
+  EXPECT_FALSE(undo.result.contains("null_compensation"));
+  EXPECT_EQ(undo.result["reservation_id"], "FL-X");
+  EXPECT_EQ(Effects("flights.cancel", "plain"), 1);
+  EXPECT_FALSE(Barred("flights", "plain"));
+  EXPECT_FALSE(Barred("flights", ""));
+  EXPECT_EQ(Invoke("flights.reserve", "plain").kind, OutcomeKind::kSucceeded);
+}
+
+// ---- failpoints
+
+TEST_F(TravelProviderTest, AfterApplyErrLeavesTheEffectCommittedAndAnswersUnknown) {
+  ASSERT_TRUE(Register());
+  ASSERT_TRUE(failpoint::Arm("provider.after_apply=err").ok());
+  for (const std::string tool : {"flights.reserve", "hotels.book", "cars.rent"}) {
+    SCOPED_TRACE(tool);
+    ToolOutcome o = Invoke(tool, "fp1");
+    EXPECT_EQ(o.kind, OutcomeKind::kUnknown);
+    EXPECT_EQ(o.error, "injected error at provider.after_apply");
+    EXPECT_EQ(Effects(tool, "fp1"), 1);
+    EXPECT_EQ(Outcomes(tool, "fp1"), (Strings{"applied"}));
+  }
+  EXPECT_EQ(failpoint::HitCount("provider.after_apply"), 3);
+  EXPECT_EQ(Lookup("flights.reserve", "fp1").kind, LookupKind::kApplied);
+  EXPECT_EQ(Lookup("hotels.book", "fp1").kind, LookupKind::kApplied);
+
+  // A repeat of a key-honouring action is no new effect: the site is not reached.
+  ToolOutcome repeat = Invoke("flights.reserve", "fp1");
+  EXPECT_EQ(repeat.kind, OutcomeKind::kSucceeded) << repeat.error;
+  EXPECT_EQ(failpoint::HitCount("provider.after_apply"), 3);
+  EXPECT_EQ(Effects("flights.reserve", "fp1"), 1);
+  // Compensations use the other site.
+  EXPECT_EQ(Invoke("flights.cancel", "fp1:compensate", Json::object()).kind,
+            OutcomeKind::kSucceeded);
+  EXPECT_EQ(failpoint::HitCount("provider.after_apply"), 3);
+}
+
+TEST_F(TravelProviderTest, AfterApplyErrAtNFiresOnlyOnTheNthEffect) {
+  ASSERT_TRUE(Register());
+  ASSERT_TRUE(failpoint::Arm("provider.after_apply=err@2").ok());
+  ToolOutcome o1 = Invoke("hotels.book", "k1");
+  ToolOutcome o2 = Invoke("flights.reserve", "k2");
+  ToolOutcome o3 = Invoke("payments.charge", "k3");
+  EXPECT_EQ(o1.kind, OutcomeKind::kSucceeded);
+  EXPECT_EQ(o2.kind, OutcomeKind::kUnknown);
+  EXPECT_EQ(o3.kind, OutcomeKind::kSucceeded);
+  EXPECT_EQ(Effects("hotels.book", "k1"), 1);
+  EXPECT_EQ(Effects("flights.reserve", "k2"), 1);
+  EXPECT_EQ(Effects("payments.charge", "k3"), 1);
+}
+
+TEST_F(TravelProviderTest, AfterUndoErrLeavesTheUndoCommittedAndAnswersUnknown) {
+  ASSERT_TRUE(Register());
+  ASSERT_EQ(Invoke("flights.reserve", "u1").kind, OutcomeKind::kSucceeded);
+  ASSERT_TRUE(failpoint::Arm("provider.after_undo=err").ok());
+  ToolOutcome o = Invoke("flights.cancel", "u1:compensate", Json::object());
+  EXPECT_EQ(o.kind, OutcomeKind::kUnknown);
+  EXPECT_EQ(o.error, "injected error at provider.after_undo");
+  EXPECT_EQ(Effects("flights.cancel", "u1:compensate"), 1);
+  EXPECT_EQ(failpoint::HitCount("provider.after_undo"), 1);
+  // A retry replays the committed undo without a second row.
+  failpoint::DisarmAll();
+  ToolOutcome retry = Invoke("flights.cancel", "u1:compensate", Json::object());
+  EXPECT_EQ(retry.kind, OutcomeKind::kSucceeded) << retry.error;
+  EXPECT_EQ(retry.result, EffectRows("flights.cancel", "u1:compensate").at(0).result);
+  EXPECT_EQ(Effects("flights.cancel", "u1:compensate"), 1);
+}
+
+TEST_F(TravelProviderTest, KillAfterApplyLeavesTheEffectDurable) {
+  const std::string path = options_.ledger_path;
+  EXPECT_EXIT(
+      {
+        ToolRegistry registry;
+        ProviderOptions options;
+        options.ledger_path = path;
+        if (!RegisterTravelTools(registry, options).ok()) _exit(8);
+        if (!failpoint::Arm("provider.after_apply=kill").ok()) _exit(9);
+        registry.Find("hotels.book")->Invoke(Call("hotels.book", "crash", ArgsFor("hotels.book")));
+        _exit(0);
+      },
+      ::testing::KilledBySignal(SIGKILL), "");
+  ASSERT_TRUE(Register());
+  EXPECT_EQ(Effects("hotels.book", "crash"), 1);
+  EXPECT_EQ(Outcomes("hotels.book", "crash"), (Strings{"applied"}));
+  EXPECT_EQ(Lookup("hotels.book", "crash").kind, LookupKind::kApplied);
+  // The blind retry a recovery must not send shows as a duplicate.
+  ASSERT_EQ(Invoke("hotels.book", "crash").kind, OutcomeKind::kSucceeded);
+  std::vector<DuplicateEffect> dups = Duplicates();
+  ASSERT_EQ(dups.size(), 1u);
+  EXPECT_EQ(dups[0].idempotency_key, "crash");
+  EXPECT_EQ(dups[0].count, 2);
+}
+
+// ---- concurrency
+
+constexpr int kThreads = 8;
+constexpr int kKeys = 20;
+
+TEST_F(TravelProviderTest, EightThreadsOnTheSameKeysApplyEachKeyOnce) {
+  ASSERT_TRUE(Register());
+  const Strings tools = {"flights.reserve", "payments.charge"};
+  std::mutex mu;
+  std::map<std::string, std::set<std::string>> refs;  // tool/key -> refs seen
+  std::vector<std::string> errors;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < kKeys; ++i) {
+        // Each thread walks the keys from a different start.
+        std::string key = "key" + std::to_string((i + t * 3) % kKeys);
+        for (const auto& tool : tools) {
+          ToolOutcome o = registry_.Find(tool)->Invoke(Call(tool, key, ArgsFor(tool)));
+          std::lock_guard<std::mutex> lock(mu);
+          if (o.kind != OutcomeKind::kSucceeded)
+            errors.push_back(tool + " " + key + ": " + o.error);
+          refs[tool + "/" + key].insert(o.external_ref);
+        }
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_TRUE(errors.empty()) << errors.front();
+  for (const auto& tool : tools) {
+    for (int i = 0; i < kKeys; ++i) {
+      std::string key = "key" + std::to_string(i);
+      SCOPED_TRACE(tool + " " + key);
+      EXPECT_EQ(Effects(tool, key), 1);
+      EXPECT_EQ(Attempts(tool, key), kThreads);
+      EXPECT_EQ(refs[tool + "/" + key].size(), 1u);  // every thread saw the same result
+    }
+  }
+  EXPECT_TRUE(Duplicates().empty());
+}
+
+TEST_F(TravelProviderTest, TwoRegistriesOnOneLedgerApplyEachKeyOnce) {
+  ASSERT_TRUE(Register());
+  ToolRegistry second;
+  ASSERT_TRUE(RegisterTravelTools(second, options_).ok());  // its own connection
+  std::atomic<int> failures{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    ToolRegistry& registry = t % 2 == 0 ? registry_ : second;
+    threads.emplace_back([&registry, &failures] {
+      for (int i = 0; i < kKeys; ++i) {
+        std::string key = "shared" + std::to_string(i);
+        ToolOutcome o = registry.Find("flights.reserve")
+                            ->Invoke(Call("flights.reserve", key, ArgsFor("flights.reserve")));
+        if (o.kind != OutcomeKind::kSucceeded) ++failures;
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(failures.load(), 0);
+  for (int i = 0; i < kKeys; ++i) {
+    EXPECT_EQ(Effects("flights.reserve", "shared" + std::to_string(i)), 1) << i;
+  }
+  EXPECT_TRUE(Duplicates().empty());
+}
+
+TEST_F(TravelProviderTest, EightThreadsOnOneKeyBookEightRooms) {
+  ASSERT_TRUE(Register());
+  std::atomic<int> failures{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&] {
+      ToolOutcome o =
+          registry_.Find("hotels.book")->Invoke(Call("hotels.book", "one", ArgsFor("hotels.book")));
+      if (o.kind != OutcomeKind::kSucceeded) ++failures;
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(failures.load(), 0);
+  EXPECT_EQ(Effects("hotels.book", "one"), kThreads);
+  std::vector<DuplicateEffect> dups = Duplicates();
+  ASSERT_EQ(dups.size(), 1u);
+  EXPECT_EQ(dups[0].count, kThreads);
+}
+
+// ---- fault rules
+
+TEST(ProviderFaultRuleTest, ParsesValidRules) {
+  struct Case {
+    const char* text;
+    const char* tool;
+    const char* mode;
+    int nth;
+    int param;
+  };
+  const std::vector<Case> cases = {
+      {"flights.reserve=fail", "flights.reserve", "fail", 0, 0},
+      {"flights.reserve=fail@1", "flights.reserve", "fail", 1, 0},
+      {"hotels.book=reject@12", "hotels.book", "reject", 12, 0},
+      {"cars.return=fail_times(2)", "cars.return", "fail_times", 0, 2},
+      {"hotels.book=lose_request@3", "hotels.book", "lose_request", 3, 0},
+      {"payments.charge=lose_response", "payments.charge", "lose_response", 0, 0},
+      {"flights.reserve=delay(5)@2", "flights.reserve", "delay", 2, 5},
+      {"x=delay(250)", "x", "delay", 0, 250},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.text);
+    Result<FaultRule> r = ParseFaultRule(c.text);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_EQ(r->tool, c.tool);
+    EXPECT_EQ(r->mode, c.mode);
+    EXPECT_EQ(r->nth, c.nth);
+    EXPECT_EQ(r->param, c.param);
+  }
+}
+
+TEST(ProviderFaultRuleTest, RejectsBadRulesWithExactMessages) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"x", "no TOOL="},
+      {"=fail", "no TOOL="},
+      {"a.b=", "no mode"},
+      {"a.b=boom", "unknown mode \"boom\""},
+      {"a.b=fail@0", "@N must be a positive integer"},
+      {"a.b=fail@x", "@N must be a positive integer"},
+      {"a.b=fail@", "@N must be a positive integer"},
+      {"a.b=fail@-1", "@N must be a positive integer"},
+      {"a.b=fail_times", "fail_times needs an argument, e.g. fail_times(2)"},
+      {"a.b=delay", "delay needs an argument, e.g. delay(2)"},
+      {"a.b=fail(2)", "mode fail takes no argument"},
+      {"a.b=reject(1)@2", "mode reject takes no argument"},
+      {"a.b=fail_times(2)@1", "fail_times(K) takes no @N"},
+      {"a.b=delay(x)", "delay(...) needs a non-negative integer"},
+      {"a.b=delay()", "delay(...) needs a non-negative integer"},
+      {"a.b=fail_times(-1)", "fail_times(...) needs a non-negative integer"},
+      {"a.b=delay(5", "unclosed parenthesis"},
+  };
+  for (const auto& [text, why] : cases) {
+    SCOPED_TRACE(text);
+    Result<FaultRule> r = ParseFaultRule(text);
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.status().code(), Code::kInvalidArgument);
+    EXPECT_EQ(r.status().message(), "fault \"" + text + "\": " + why + kExpectedSyntax);
+  }
+}
+
+}  // namespace
+}  // namespace idem::travel
