@@ -6,6 +6,7 @@
 #include <iostream>
 #include <sstream>
 
+#include "preview_commit/token.h"
 #include "saga/engine.h"
 #include "saga/spec.h"
 #include "saga/states.h"
@@ -59,6 +60,8 @@ int ExitForSagaState(const std::string& state) {
       return kExitRolledBack;
     case SagaState::kNeedsAttention:
       return kExitNeedsAttention;
+    case SagaState::kAwaitingApproval:
+      return kExitAwaitingApproval;
     default:
       return kExitOk;  // pending, running, waiting: not an error
   }
@@ -197,6 +200,10 @@ struct Options {
   std::string who;
   std::string note;
   std::string result;
+  std::string token;
+  std::string keys_path;
+  std::string keys_action;
+  std::string key_id;
 };
 
 Result<Json> ReadInput(const std::string& text) {
@@ -209,9 +216,33 @@ Result<Json> ReadInput(const std::string& text) {
   return ParseJson(text, "--input");
 }
 
-EngineOptions LiveEngineOptions(bool live) {
+// The commit-token keys, loaded (or created, mode 0600) on first use.
+class Keys {
+ public:
+  explicit Keys(std::string path) : path_(std::move(path)) {}
+  Result<const preview_commit::TokenSigner*> Signer() {
+    if (!signer_) {
+      auto ring = preview_commit::KeyRing::LoadOrCreate(path_, SystemClock::Get());
+      if (!ring.ok()) return ring.status();
+      ring_ = std::make_unique<preview_commit::KeyRing>(std::move(ring).value());
+      preview_commit::TokenOptions to;
+      to.max_ttl_ms = StepSpec::kMaxApprovalTtlMs;
+      signer_ = std::make_unique<preview_commit::TokenSigner>(ring_.get(), SystemClock::Get(), to);
+    }
+    return signer_.get();
+  }
+  preview_commit::KeyRing* ring() { return ring_.get(); }
+
+ private:
+  std::string path_;
+  std::unique_ptr<preview_commit::KeyRing> ring_;
+  std::unique_ptr<preview_commit::TokenSigner> signer_;
+};
+
+EngineOptions LiveEngineOptions(bool live, const preview_commit::TokenSigner* signer) {
   EngineOptions eo;
   if (live) eo.observer = PrintTimelineLine;
+  eo.signer = signer;
   return eo;
 }
 
@@ -225,7 +256,8 @@ int CmdValidate(const Options& o, const ToolRegistry& tools) {
   return kExitOk;
 }
 
-int CmdRun(const Options& o, const ToolRegistry& tools, storage::Store* store) {
+int CmdRun(const Options& o, const ToolRegistry& tools, storage::Store* store,
+           const preview_commit::TokenSigner* signer) {
   auto text = ReadFile(o.spec_path);
   if (!text.ok()) return Fail(text.status());
   auto spec = ParseSpecText(*text, tools, o.spec_path);
@@ -233,7 +265,7 @@ int CmdRun(const Options& o, const ToolRegistry& tools, storage::Store* store) {
   auto input = ReadInput(o.input);
   if (!input.ok()) return Fail(input.status());
   std::string key = o.intent_key.empty() ? NewId("intent_") : o.intent_key;
-  Engine engine(store, &tools, LiveEngineOptions(true));
+  Engine engine(store, &tools, LiveEngineOptions(true, signer));
   auto sub = engine.Submit(*spec, *input, key);
   if (!sub.ok()) return Fail(sub.status());
   std::printf("saga %s (%s, intent key %s)\n", sub->saga_id.c_str(),
@@ -299,8 +331,9 @@ int CmdList(const Options& o, storage::Store* store) {
   return kExitOk;
 }
 
-int CmdRecover(const Options& o, const ToolRegistry& tools, storage::Store* store) {
-  Engine engine(store, &tools, LiveEngineOptions(true));
+int CmdRecover(const Options& o, const ToolRegistry& tools, storage::Store* store,
+               const preview_commit::TokenSigner* signer) {
+  Engine engine(store, &tools, LiveEngineOptions(true, signer));
   auto report = engine.Recover(o.concurrency);
   if (!report.ok()) return Fail(report.status());
   int worst = kExitOk;
@@ -319,7 +352,8 @@ int CmdRecover(const Options& o, const ToolRegistry& tools, storage::Store* stor
   return worst;
 }
 
-int CmdResolve(const Options& o, const ToolRegistry& tools, storage::Store* store) {
+int CmdResolve(const Options& o, const ToolRegistry& tools, storage::Store* store,
+               const preview_commit::TokenSigner* signer) {
   auto decision = ParseDecision(o.decision);
   if (!decision.ok()) return Fail(decision.status());
   Resolution r;
@@ -332,12 +366,99 @@ int CmdResolve(const Options& o, const ToolRegistry& tools, storage::Store* stor
     if (!result.ok()) return Fail(result.status());
     r.result = *result;
   }
-  Engine engine(store, &tools, LiveEngineOptions(true));
+  Engine engine(store, &tools, LiveEngineOptions(true, signer));
   auto rec = engine.Resolve(o.saga_id, r);
   if (!rec.ok()) return Fail(rec.status());
   std::printf("outcome: %s%s%s\n", rec->summary.state.c_str(),
               rec->summary.reason.empty() ? "" : " - ", rec->summary.reason.c_str());
   return ExitForSagaState(rec->summary.state);
+}
+
+Json PendingApprovals(storage::Store* store, Status* error) {
+  Json out = Json::array();
+  storage::SagaFilter f;
+  f.states = {SagaStateName(SagaState::kAwaitingApproval)};
+  auto list = store->ListSagas(f);
+  if (!list.ok()) {
+    *error = list.status();
+    return out;
+  }
+  for (const auto& sum : *list) {
+    auto rec = store->LoadSaga(sum.saga_id);
+    if (!rec.ok()) {
+      *error = rec.status();
+      return out;
+    }
+    for (const auto& st : rec->steps) {
+      if (st.state != StepStateName(StepState::kAwaitingApproval) || !st.phase.is_object())
+        continue;
+      out.push_back({{"saga_id", sum.saga_id},
+                     {"intent_key", sum.intent_key},
+                     {"step", st.step_id},
+                     {"tool", st.tool},
+                     {"args", st.args},
+                     {"preview", st.phase.value("preview", Json::object())},
+                     {"expires_at", FormatTimeMs(st.phase.value("expires_ms", int64_t{0}))},
+                     {"token", st.phase.value("token", "")}});
+    }
+  }
+  return out;
+}
+
+int CmdApprovals(const Options& o, storage::Store* store) {
+  Status error;
+  Json pending = PendingApprovals(store, &error);
+  if (!error.ok()) return Fail(error);
+  if (o.json) {
+    std::printf("%s\n", pending.dump(2).c_str());
+    return kExitOk;
+  }
+  if (pending.empty()) std::printf("no commits waiting for approval\n");
+  for (const auto& p : pending) {
+    std::printf("saga %s  step %s  (%s)\n", p["saga_id"].get<std::string>().c_str(),
+                p["step"].get<std::string>().c_str(), p["tool"].get<std::string>().c_str());
+    std::printf("  preview:  %s\n", p["preview"].value("summary", "").c_str());
+    std::printf("  version:  %s\n", p["preview"].value("resource_version", "").c_str());
+    std::printf("  expires:  %s\n", p["expires_at"].get<std::string>().c_str());
+    std::printf("  token:    %s\n", p["token"].get<std::string>().c_str());
+  }
+  return kExitOk;
+}
+
+int CmdDecide(const Options& o, bool approve, const ToolRegistry& tools, storage::Store* store,
+              const preview_commit::TokenSigner* signer) {
+  ApprovalDecision d;
+  d.approve = approve;
+  d.who = o.who;
+  d.note = o.note;
+  Engine engine(store, &tools, LiveEngineOptions(true, signer));
+  auto rec = engine.Decide(o.token, d);
+  if (!rec.ok()) return Fail(rec.status());
+  std::printf("outcome: %s%s%s\n", rec->summary.state.c_str(),
+              rec->summary.reason.empty() ? "" : " - ", rec->summary.reason.c_str());
+  return ExitForSagaState(rec->summary.state);
+}
+
+int CmdKeys(const Options& o, Keys* keys) {
+  auto signer = keys->Signer();
+  if (!signer.ok()) return Fail(signer.status());
+  preview_commit::KeyRing* ring = keys->ring();
+  if (o.keys_action == "rotate") {
+    auto id = ring->Rotate();
+    if (!id.ok()) return Fail(id.status());
+    std::printf("new active key %s\n", id->c_str());
+  } else if (o.keys_action == "retire") {
+    Status s = ring->Retire(o.key_id);
+    if (!s.ok()) return Fail(s);
+    std::printf("retired %s: its tokens no longer verify\n", o.key_id.c_str());
+  } else if (o.keys_action != "list") {
+    return Fail(Status::InvalidArgument("keys: expected list, rotate or retire KEY"));
+  }
+  for (const auto& k : ring->keys()) {
+    std::printf("%-8s %s%s  created %s\n", k.key_id.c_str(), k.active ? "active" : "      ",
+                k.retired ? " retired" : "", FormatTimeMs(k.created_at_ms).c_str());
+  }
+  return kExitOk;
 }
 
 int CmdFailpoints() {
@@ -356,6 +477,11 @@ int RunCli(int argc, char** argv, const FrontendConfig& config) {
   const char* env_db = std::getenv("IDEM_DB");
   o.db = env_db != nullptr && *env_db != '\0' ? env_db : "idem.db";
   app.add_option("--db", o.db, "journal database (SQLite file; default $IDEM_DB or ./idem.db)");
+  const char* env_keys = std::getenv("IDEM_KEYS");
+  if (env_keys != nullptr) o.keys_path = env_keys;
+  app.add_option("--keys", o.keys_path,
+                 "commit-token keys (created 0600 on first use; default <db>.keys.json or "
+                 "$IDEM_KEYS)");
   if (config.add_options) config.add_options(app);
 
   auto* validate =
@@ -394,11 +520,31 @@ int RunCli(int argc, char** argv, const FrontendConfig& config) {
   resolve->add_option("--note", o.note, "why (recorded in the journal)");
   resolve->add_option("--result", o.result, "for applied: the provider's result, JSON or @FILE");
 
+  auto* approvals = app.add_subcommand("approvals", "list commits waiting for a person");
+  approvals->add_flag("--json", o.json, "JSON, with previews and tokens");
+
+  auto* approve = app.add_subcommand("approve", "approve a waiting commit; the commit runs now");
+  approve->add_option("TOKEN", o.token, "the commit token (from `approvals`)")->required();
+  approve->add_option("--as", o.who, "who approves (journaled)")->required();
+  approve->add_option("--note", o.note, "why (journaled)");
+
+  auto* reject = app.add_subcommand("reject", "reject a waiting commit; the saga rolls back");
+  reject->add_option("TOKEN", o.token, "the commit token (from `approvals`)")->required();
+  reject->add_option("--as", o.who, "who rejects (journaled)")->required();
+  reject->add_option("--reason", o.note, "why (journaled)")->required();
+
+  auto* keys_cmd =
+      app.add_subcommand("keys", "commit-token signing keys: list, rotate, retire KEY");
+  keys_cmd->add_option("ACTION", o.keys_action, "list | rotate | retire")->required();
+  keys_cmd->add_option("KEY", o.key_id, "the key id to retire");
+
   auto* fps = app.add_subcommand("failpoints", "list the failpoint names IDEM_FAILPOINT accepts");
 
   app.footer(
       "exit codes: 0 ok/succeeded, 1 internal or store error, 2 bad usage or input,\n"
-      "            3 rolled back or failed, 4 needs attention, 5 intent key conflict, 6 not found");
+      "            3 rolled back or failed, 4 needs attention, 5 intent key conflict, 6 not "
+      "found,\n"
+      "            7 waiting for approval");
 
   try {
     app.parse(argc, argv);
@@ -419,18 +565,33 @@ int RunCli(int argc, char** argv, const FrontendConfig& config) {
   }
   if (validate->parsed()) return CmdValidate(o, tools);
 
+  if (o.keys_path.empty()) o.keys_path = o.db + ".keys.json";
+  Keys keys(o.keys_path);
+  if (keys_cmd->parsed()) return CmdKeys(o, &keys);
+
+  bool drives = run->parsed() || recover->parsed() || resolve->parsed() || approve->parsed() ||
+                reject->parsed();
+  const preview_commit::TokenSigner* signer = nullptr;
+  if (drives) {
+    auto sg = keys.Signer();
+    if (!sg.ok()) return Fail(sg.status());
+    signer = *sg;
+  }
   DriverLock lock;
-  if (run->parsed() || recover->parsed() || resolve->parsed()) {
+  if (drives) {
     Status locked = lock.Acquire(o.db);
     if (!locked.ok()) return Fail(locked);
   }
   auto store = storage::OpenStore(o.db);
   if (!store.ok()) return Fail(store.status());
-  if (run->parsed()) return CmdRun(o, tools, store->get());
+  if (run->parsed()) return CmdRun(o, tools, store->get(), signer);
   if (status->parsed()) return CmdStatus(o, store->get());
   if (list->parsed()) return CmdList(o, store->get());
-  if (recover->parsed()) return CmdRecover(o, tools, store->get());
-  if (resolve->parsed()) return CmdResolve(o, tools, store->get());
+  if (recover->parsed()) return CmdRecover(o, tools, store->get(), signer);
+  if (resolve->parsed()) return CmdResolve(o, tools, store->get(), signer);
+  if (approvals->parsed()) return CmdApprovals(o, store->get());
+  if (approve->parsed()) return CmdDecide(o, true, tools, store->get(), signer);
+  if (reject->parsed()) return CmdDecide(o, false, tools, store->get(), signer);
   return kExitUsage;
 }
 

@@ -10,13 +10,19 @@
 //   list [--status S] [--json]
 //   recover                                        resume unfinished sagas
 //   resolve SAGA STEP --decision D --as NAME       a person's decision on a parked step
+//   approvals [--json]                             commits waiting for a person
+//   approve TOKEN --as NAME [--note TEXT]          approve: the commit runs now
+//   reject TOKEN --as NAME --reason TEXT           reject: the saga rolls back
+//   keys list|rotate|retire KEY                    commit-token signing keys
 //   failpoints                                     list the failpoint names
-// Global options: --db PATH (default ./idem.db, or $IDEM_DB).
+// Global options: --db PATH (default ./idem.db, or $IDEM_DB); --keys PATH
+// (commit-token keys, default <db>.keys.json, created with mode 0600).
 //
 // Exit codes (kExit*): 0 the command succeeded / the saga succeeded;
 // 1 internal or store error; 2 bad usage or bad input (spec, JSON, flags,
 // IDEM_FAILPOINT); 3 the saga was rolled back or failed; 4 a saga needs
-// attention; 5 the intent key is in use with other content; 6 not found.
+// attention; 5 the intent key is in use with other content; 6 not found;
+// 7 a saga waits for a person's approval.
 //
 // Thread safety: call once per process, from main().
 
@@ -37,6 +43,7 @@ constexpr int kExitRolledBack = 3;
 constexpr int kExitNeedsAttention = 4;
 constexpr int kExitConflict = 5;
 constexpr int kExitNotFound = 6;
+constexpr int kExitAwaitingApproval = 7;
 
 /// What the front end tells the embedding program once options are parsed.
 struct Context {

@@ -21,7 +21,11 @@ using storage::SagaRecord;
 using storage::StepRecord;
 using storage::WriteBatch;
 
-enum class StepEnd { kSucceeded, kFailed, kParked };
+enum class StepEnd { kSucceeded, kFailed, kParked, kWaiting };
+enum class PhaseEnd { kContinue, kWaiting };
+
+// Previews of one step before it gives up (stale commits, expired tokens).
+constexpr int kMaxPreviews = 5;
 
 // Total attempts allowed when each resend follows a status lookup that
 // confirmed the key was not applied (see ResolveUnknown).
@@ -69,6 +73,11 @@ class SagaRun {
 
   // ---- step level
   Result<StepEnd> DriveStep(int index, bool rolling_back);
+  Result<PhaseEnd> AdvanceTwoPhase(int index, Tool* tool, StepRecord* st, StepMachine* m,
+                                   std::deque<StepCommand>* queue);
+  Status FireStep(StepMachine* m, StepRecord* st, std::deque<StepCommand>* queue, StepEvent e);
+  Status CommitEntries(const StepRecord& st, std::vector<JournalEntry> entries,
+                       const std::string& consume_nonce = "");
   Result<UndoEnd> DriveUndo(int index);
   Result<Json> ResolveArgs(int index, const Json& templ, const std::string& where);
   Json Context() const;
@@ -135,6 +144,19 @@ Status SagaRun::Drive() {
     case SagaState::kCompensating:
       queue.push_back(SagaCommand::kUndoNextStep);
       break;
+    case SagaState::kAwaitingApproval: {
+      // Go on once the approval is decided or has expired; else nothing to do.
+      bool settled = false;
+      for (const StepRecord& st : rec_.steps) {
+        if (st.state != StepStateName(StepState::kAwaitingApproval)) continue;
+        settled = st.phase.is_object() &&
+                  (st.phase.contains("approval") ||
+                   options_.clock->NowMs() >= st.phase.value("expires_ms", int64_t{0}));
+      }
+      if (!settled) return Status::Ok();
+      IDEM_RETURN_IF_ERROR(FireSaga(SagaEvent::kApprovalSettled, &queue));
+      break;
+    }
     default:
       return Status::Ok();  // terminal, parked or waiting: nothing to drive
   }
@@ -166,7 +188,12 @@ Status SagaRun::FireSaga(SagaEvent event, std::deque<SagaCommand>* queue) {
   if (!cmds.ok()) return cmds.status();
   std::string next = SagaStateName(saga.state());
   for (SagaCommand c : *cmds) {
-    if (c == SagaCommand::kRecordTerminal || c == SagaCommand::kRecordParked) {
+    if (c == SagaCommand::kRecordWaiting) {
+      WriteBatch b;
+      b.saga_state = next;
+      b.journal.push_back(Entry("", "saga_" + next, Json::object()));
+      IDEM_RETURN_IF_ERROR(Commit(std::move(b)));
+    } else if (c == SagaCommand::kRecordTerminal || c == SagaCommand::kRecordParked) {
       WriteBatch b;
       b.saga_state = next;
       // Why it ended anywhere but succeeded: kept on the saga for `status`.
@@ -221,6 +248,8 @@ Status SagaRun::RunNextStep(std::deque<SagaCommand>* queue) {
     case StepEnd::kParked:
       park_reason_ = "step " + rec_.steps[i].step_id + ": " + rec_.steps[i].error;
       return FireSaga(SagaEvent::kStepParked, queue);
+    case StepEnd::kWaiting:
+      return FireSaga(SagaEvent::kStepAwaitingApproval, queue);
   }
   return Status::Internal("unreachable");
 }
@@ -373,6 +402,12 @@ Result<StepEnd> SagaRun::DriveStep(int index, bool rolling_back) {
       }
       st.args = *args;
       st.args_fingerprint = Fingerprint(st.args);
+      if (spec.two_phase) {
+        auto phase = AdvanceTwoPhase(index, tool, &st, &m, &queue);
+        if (!phase.ok()) return phase.status();
+        if (*phase == PhaseEnd::kWaiting) return StepEnd::kWaiting;
+        break;
+      }
       ++st.attempt;  // 1, or one more after a person asked for a retry
       IDEM_FAILPOINT("step.before_submitted");
       IDEM_RETURN_IF_ERROR(fire(StepEvent::kSubmitted));
@@ -396,6 +431,13 @@ Result<StepEnd> SagaRun::DriveStep(int index, bool rolling_back) {
       outcome = ToolOutcome::Unknown("recovered: outcome unknown");
       queue.push_back(StepCommand::kResolveOutcome);
       break;
+    case StepState::kPreviewed:
+    case StepState::kAwaitingApproval: {
+      auto phase = AdvanceTwoPhase(index, tool, &st, &m, &queue);
+      if (!phase.ok()) return phase.status();
+      if (*phase == PhaseEnd::kWaiting) return StepEnd::kWaiting;
+      break;
+    }
     default:
       return Status::FailedPrecondition(std::string("step ") + st.step_id + " is " + st.state +
                                         ", not runnable");
@@ -406,10 +448,23 @@ Result<StepEnd> SagaRun::DriveStep(int index, bool rolling_back) {
     queue.pop_front();
     switch (cmd) {
       case StepCommand::kCallTool: {
-        ToolCall call{spec.tool,  st.step_key,          st.args,
-                      st.attempt, rec_.summary.saga_id, st.step_id};
+        ToolCall call{spec.tool,  st.step_key, st.args, st.attempt, rec_.summary.saga_id,
+                      st.step_id, ""};
+        if (spec.two_phase && st.phase.is_object()) {
+          call.expected_version =
+              st.phase.value("preview", Json::object()).value("resource_version", "");
+        }
         outcome = tool->Invoke(call);
         IDEM_FAILPOINT("step.after_call");
+        if (outcome.kind == OutcomeKind::kFailed && outcome.stale && spec.two_phase &&
+            spec.on_stale == Fallback::kRePreview && !rolling_back) {
+          // The previewed resource moved: never a blind commit. Preview again
+          // (and, with approval, ask the person again).
+          st.error = outcome.error;
+          IDEM_RETURN_IF_ERROR(fire(StepEvent::kStaleRePreview));
+          IDEM_RETURN_IF_ERROR(CommitStep(st, "stale", {{"error", outcome.error}}));
+          return DriveStep(index, rolling_back);
+        }
         switch (outcome.kind) {
           case OutcomeKind::kSucceeded:
             IDEM_RETURN_IF_ERROR(fire(StepEvent::kSucceeded));
@@ -481,6 +536,161 @@ Result<StepEnd> SagaRun::DriveStep(int index, bool rolling_back) {
     }
   }
   return Status::Internal("step drive ended without an outcome");
+}
+
+Status SagaRun::FireStep(StepMachine* m, StepRecord* st, std::deque<StepCommand>* queue,
+                         StepEvent e) {
+  auto cmds = m->Fire(e);
+  if (!cmds.ok()) return cmds.status();
+  st->state = StepStateName(m->state());
+  queue->insert(queue->end(), cmds->begin(), cmds->end());
+  return Status::Ok();
+}
+
+Status SagaRun::CommitEntries(const StepRecord& st, std::vector<JournalEntry> entries,
+                              const std::string& consume_nonce) {
+  StepRecord copy = st;
+  copy.updated_ms = options_.clock->NowMs();
+  WriteBatch b;
+  b.steps.push_back(copy);
+  b.journal = std::move(entries);
+  b.consume_token = consume_nonce;
+  if (!consume_nonce.empty()) b.consume_token_step = st.step_id;
+  return Commit(std::move(b));
+}
+
+// Two-phase steps, from planned (arguments resolved), previewed or
+// awaiting_approval: preview, mint the commit token, wait for a person where
+// the spec asks, then spend the token in the same transaction as `submitted`.
+// kContinue leaves the next command (kCallTool or kRecordFailed) in `queue`.
+Result<PhaseEnd> SagaRun::AdvanceTwoPhase(int index, Tool* tool, StepRecord* st, StepMachine* m,
+                                          std::deque<StepCommand>* queue) {
+  const StepSpec& spec = spec_.steps[index];
+  const std::string& saga_id = rec_.summary.saga_id;
+  auto fail = [&](const std::string& why) -> Result<PhaseEnd> {
+    st->error = why;
+    IDEM_RETURN_IF_ERROR(FireStep(m, st, queue, StepEvent::kFailedFinal));
+    return PhaseEnd::kContinue;
+  };
+  for (int round = 0; round < 2 * kMaxPreviews + 2; ++round) {
+    const Json phase = st->phase.is_object() ? st->phase : Json::object();
+    const int64_t expires = phase.value("expires_ms", int64_t{0});
+    switch (m->state()) {
+      case StepState::kPlanned: {
+        int previews = phase.value("previews", 0) + 1;
+        if (previews > kMaxPreviews) {
+          return fail("gave up after " + std::to_string(kMaxPreviews) +
+                      " previews: the preview kept going stale or expiring");
+        }
+        if (options_.signer == nullptr) {
+          return Status::FailedPrecondition("step " + st->step_id +
+                                            " is two-phase but no token signer is configured");
+        }
+        ToolCall call{spec.tool, st->step_key, st->args, previews, saga_id, st->step_id, ""};
+        PreviewOutcome pv = tool->Preview(call);
+        for (int n = 2; !pv.ok && pv.retryable && n <= spec.retry.max_attempts + 2; ++n) {
+          options_.clock->SleepMs(spec.retry.BackoffMs(n, rng_));
+          pv = tool->Preview(call);  // a preview has no effect: asking again is safe
+        }
+        IDEM_FAILPOINT("preview.after_call");
+        if (!pv.ok) return fail("preview failed: " + pv.error);
+        bool human = spec.approval == Approval::kHuman;
+        int64_t ttl = human ? spec.approval_ttl_ms : options_.commit_token_ttl_ms;
+        preview_commit::TokenClaims claims;
+        auto token =
+            options_.signer->Mint(saga_id, st->step_id, st->args_fingerprint, ttl, &claims);
+        if (!token.ok()) return token.status();
+        Json preview = {{"summary", pv.summary},
+                        {"changes", pv.changes},
+                        {"resource_version", pv.resource_version}};
+        st->phase = {{"preview", preview},
+                     {"token", *token},
+                     {"nonce", claims.nonce},
+                     {"expires_ms", claims.expires_at_ms},
+                     {"args_fingerprint", st->args_fingerprint},
+                     {"previews", previews}};
+        IDEM_RETURN_IF_ERROR(FireStep(m, st, queue, StepEvent::kPreviewRecorded));
+        std::vector<JournalEntry> entries;
+        entries.push_back(Entry(st->step_id, "previewed",
+                                {{"summary", pv.summary},
+                                 {"resource_version", pv.resource_version},
+                                 {"preview", previews}}));
+        if (human) {
+          IDEM_RETURN_IF_ERROR(FireStep(m, st, queue, StepEvent::kApprovalRequested));
+          entries.push_back(
+              Entry(st->step_id, "awaiting_approval",
+                    {{"summary", pv.summary}, {"expires_at", FormatTimeMs(claims.expires_at_ms)}}));
+        }
+        IDEM_RETURN_IF_ERROR(CommitEntries(*st, std::move(entries)));
+        IDEM_FAILPOINT("preview.after_journal");
+        break;
+      }
+      case StepState::kPreviewed: {
+        if (options_.clock->NowMs() >= expires) {
+          IDEM_RETURN_IF_ERROR(FireStep(m, st, queue, StepEvent::kExpiredRePreview));
+          IDEM_RETURN_IF_ERROR(CommitEntries(*st, {Entry(st->step_id, "token_expired", {})}));
+          break;
+        }
+        if (options_.signer == nullptr) {
+          return Status::FailedPrecondition("step " + st->step_id +
+                                            " is two-phase but no token signer is configured");
+        }
+        auto claims = options_.signer->Verify(phase.value("token", ""), saga_id, st->step_id,
+                                              Fingerprint(st->args));
+        if (!claims.ok()) return fail(claims.status().message());
+        ++st->attempt;
+        IDEM_RETURN_IF_ERROR(FireStep(m, st, queue, StepEvent::kTokenConsumed));
+        IDEM_RETURN_IF_ERROR(CommitEntries(
+            *st,
+            {Entry(st->step_id, "submitted",
+                   {{"attempt", st->attempt}, {"key", st->step_key}, {"tool", spec.tool}})},
+            claims->nonce));
+        IDEM_FAILPOINT("step.after_submitted");
+        return PhaseEnd::kContinue;
+      }
+      case StepState::kAwaitingApproval: {
+        const Json approval = phase.value("approval", Json());
+        if (approval.is_null()) {
+          if (options_.clock->NowMs() < expires) return PhaseEnd::kWaiting;
+          if (spec.on_expiry == Fallback::kRePreview) {
+            IDEM_RETURN_IF_ERROR(FireStep(m, st, queue, StepEvent::kExpiredRePreview));
+            IDEM_RETURN_IF_ERROR(CommitEntries(
+                *st, {Entry(st->step_id, "approval_expired", {{"then", "re_preview"}})}));
+            break;
+          }
+          st->error = "approval expired at " + FormatTimeMs(expires);
+          IDEM_RETURN_IF_ERROR(FireStep(m, st, queue, StepEvent::kExpiredRollback));
+          return PhaseEnd::kContinue;
+        }
+        if (approval.value("decision", "") != "approved") {
+          st->error =
+              "rejected by " + approval.value("by", "?") + ": " + approval.value("note", "");
+          IDEM_RETURN_IF_ERROR(FireStep(m, st, queue, StepEvent::kRejected));
+          return PhaseEnd::kContinue;
+        }
+        // The approval checked the token; the arguments must still be the
+        // ones it was minted for.
+        if (Fingerprint(st->args) != phase.value("args_fingerprint", "")) {
+          return fail(std::string(preview_commit::kMismatchedTokenMessage) +
+                      ": the arguments changed after the preview");
+        }
+        ++st->attempt;
+        IDEM_RETURN_IF_ERROR(FireStep(m, st, queue, StepEvent::kApproved));
+        IDEM_RETURN_IF_ERROR(CommitEntries(*st,
+                                           {Entry(st->step_id, "submitted",
+                                                  {{"attempt", st->attempt},
+                                                   {"key", st->step_key},
+                                                   {"tool", spec.tool},
+                                                   {"approved_by", approval.value("by", "")}})},
+                                           phase.value("nonce", "")));
+        IDEM_FAILPOINT("step.after_submitted");
+        return PhaseEnd::kContinue;
+      }
+      default:
+        return Status::Internal("two-phase step " + st->step_id + " is " + st->state);
+    }
+  }
+  return Status::Internal("two-phase step " + st->step_id + " did not settle");
 }
 
 Result<UndoEnd> SagaRun::DriveUndo(int index) {
@@ -555,7 +765,7 @@ Result<UndoEnd> SagaRun::DriveUndo(int index) {
     queue.pop_front();
     switch (cmd) {
       case StepCommand::kCallCompensation: {
-        ToolCall call{comp.tool, key, *args, st.comp_attempt, rec_.summary.saga_id, st.step_id};
+        ToolCall call{comp.tool, key, *args, st.comp_attempt, rec_.summary.saga_id, st.step_id, ""};
         outcome = tool->Invoke(call);
         IDEM_FAILPOINT("compensation.after_call");
         if (outcome.kind == OutcomeKind::kSucceeded) {
@@ -830,10 +1040,91 @@ Result<SagaRecord> Engine::Resolve(const std::string& saga_id, const Resolution&
   return Run(saga_id);
 }
 
+Result<SagaRecord> Engine::Decide(const std::string& token, const ApprovalDecision& d) {
+  if (options_.signer == nullptr) {
+    return Status::FailedPrecondition("no token signer is configured");
+  }
+  if (d.who.empty())
+    return Status::InvalidArgument("approval: who decides is required (--as NAME)");
+  if (!d.approve && d.note.empty()) {
+    return Status::InvalidArgument("rejection: a reason is required (--reason TEXT)");
+  }
+  // MAC, version, key and expiry first: nothing else is trusted before.
+  auto claims = options_.signer->Open(token);
+  if (!claims.ok()) return claims.status();
+  const Status mismatch =
+      Status::FailedPrecondition(std::string(preview_commit::kMismatchedTokenMessage));
+  if ((!d.expected_saga_id.empty() && d.expected_saga_id != claims->saga_id) ||
+      (!d.expected_step_id.empty() && d.expected_step_id != claims->step_id)) {
+    return mismatch;
+  }
+  auto rec = store_->LoadSaga(claims->saga_id);
+  if (!rec.ok()) return rec.status();
+  StepRecord* st = nullptr;
+  for (StepRecord& s : rec->steps) {
+    if (s.step_id == claims->step_id) st = &s;
+  }
+  if (st == nullptr || !st->phase.is_object()) return mismatch;
+  if (st->phase.value("nonce", "") != claims->nonce) {
+    return Status::FailedPrecondition(
+        "commit token was superseded by a newer preview; decide on the current one");
+  }
+  const char* decision = d.approve ? "approved" : "rejected";
+  const Json recorded = st->phase.value("approval", Json());
+  if (recorded.is_object()) {
+    // Decided before: a replay, or a second process racing this one.
+    if (recorded.value("decision", "") != decision) {
+      return Status::FailedPrecondition("commit was already " + recorded.value("decision", "") +
+                                        " by " + recorded.value("by", ""));
+    }
+    if (rec->summary.state == SagaStateName(SagaState::kRunning) ||
+        rec->summary.state == SagaStateName(SagaState::kAwaitingApproval)) {
+      return Run(claims->saga_id);  // finish what a crash interrupted
+    }
+    return rec;
+  }
+  if (st->state != StepStateName(StepState::kAwaitingApproval) ||
+      rec->summary.state != SagaStateName(SagaState::kAwaitingApproval)) {
+    return Status::FailedPrecondition("step " + st->step_id + " is " + st->state +
+                                      ", not awaiting approval");
+  }
+  if (Fingerprint(st->args) != claims->args_fingerprint ||
+      st->phase.value("args_fingerprint", "") != claims->args_fingerprint) {
+    return mismatch;
+  }
+  int64_t now = options_.clock->NowMs();
+  st->phase["approval"] = {{"decision", decision}, {"by", d.who}, {"note", d.note}, {"at_ms", now}};
+  st->updated_ms = now;
+  SagaMachine saga(SagaState::kAwaitingApproval);
+  auto cmds = saga.Fire(SagaEvent::kApprovalSettled);
+  if (!cmds.ok()) return cmds.status();
+  storage::WriteBatch b;
+  b.saga_id = claims->saga_id;
+  b.saga_state = SagaStateName(saga.state());
+  b.steps.push_back(*st);
+  storage::JournalEntry je;
+  je.saga_id = claims->saga_id;
+  je.step_id = st->step_id;
+  je.event = decision;
+  je.data = {{"by", d.who}, {"note", d.note}, {"token_key", claims->key_id}};
+  je.at_ms = now;
+  b.journal.push_back(je);
+  IDEM_RETURN_IF_ERROR(store_->Commit(b));
+  if (options_.observer) options_.observer(je);
+  IDEM_FAILPOINT("approval.after_commit");
+  auto out = Run(claims->saga_id);
+  if (!out.ok() && out.status().code() == Code::kConflict) {
+    // Another process spent the token first: report what it recorded.
+    return store_->LoadSaga(claims->saga_id);
+  }
+  return out;
+}
+
 Result<RecoveryReport> Engine::Recover(int concurrency) {
   storage::SagaFilter filter;
   filter.states = {SagaStateName(SagaState::kPending), SagaStateName(SagaState::kRunning),
-                   SagaStateName(SagaState::kCompensating)};
+                   SagaStateName(SagaState::kCompensating),
+                   SagaStateName(SagaState::kAwaitingApproval)};
   filter.limit = 1'000'000;
   auto list = store_->ListSagas(filter);
   if (!list.ok()) return list.status();

@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "preview_commit/token.h"
 #include "saga/spec.h"
 #include "storage/store.h"
 #include "tools/tool.h"
@@ -41,6 +42,22 @@ struct EngineOptions {
   int lookup_attempts = 5;
   /// Backoff between status lookups.
   RetryPolicy lookup_backoff{5, 50, 2'000};
+  /// Mints and checks commit tokens of two-phase steps. Not owned; required
+  /// only by sagas with two-phase steps (kFailedPrecondition without it).
+  const preview_commit::TokenSigner* signer = nullptr;
+  /// Lifetime of the commit token of a two-phase step without approval.
+  int64_t commit_token_ttl_ms = 3'600'000;
+};
+
+/// A person's answer to a commit waiting for approval.
+struct ApprovalDecision {
+  bool approve = false;
+  std::string who;   ///< required
+  std::string note;  ///< why; required for a rejection
+  /// When set, the token must be for this saga / step (an API that names
+  /// the step in its path); kFailedPrecondition otherwise.
+  std::string expected_saga_id;
+  std::string expected_step_id;
 };
 
 struct SubmitResult {
@@ -95,8 +112,17 @@ class Engine {
   /// does not fit the step's state; kInvalidArgument without `who`.
   Result<storage::SagaRecord> Resolve(const std::string& saga_id, const Resolution& resolution);
 
-  /// Resumes every pending, running or compensating saga, `concurrency` at
-  /// a time.
+  /// Approves or rejects the commit that `token` stands for, journals who,
+  /// when and why, and drives the saga on (an approval commits the step).
+  /// A forged, tampered or unknown token fails with one uniform error and
+  /// changes nothing; an expired one with kFailedPrecondition. Deciding again
+  /// after the decision (a replay, or a second process racing) returns the
+  /// saga as recorded and calls nothing.
+  Result<storage::SagaRecord> Decide(const std::string& token, const ApprovalDecision& decision);
+
+  /// Resumes every pending, running or compensating saga, and every saga
+  /// waiting for an approval that was decided or has expired, `concurrency`
+  /// at a time.
   Result<RecoveryReport> Recover(int concurrency = 4);
 
  private:

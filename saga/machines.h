@@ -44,6 +44,14 @@ enum class StepEvent {
   kOperatorRetry,        ///< a person asks for another attempt, same key
   kOperatorUndone,       ///< a person confirmed the failed undo is done
   kOperatorRetryUndo,    ///< a person asks for another round of undo attempts
+  kPreviewRecorded,      ///< two-phase: preview and commit token journaled
+  kApprovalRequested,    ///< the commit waits for a person
+  kTokenConsumed,        ///< the token is spent with `submitted`: commit now
+  kApproved,             ///< a person approved; the token is spent with `submitted`
+  kRejected,             ///< a person rejected the commit
+  kExpiredRePreview,     ///< the token expired; policy: preview again
+  kExpiredRollback,      ///< the token expired; policy: roll back
+  kStaleRePreview,       ///< the commit found the preview stale; preview again
 };
 const char* StepEventName(StepEvent e);
 
@@ -82,18 +90,20 @@ class StepMachine {
 // ---- saga machine
 
 enum class SagaEvent {
-  kStarted,              ///< the executor took the saga up
-  kStepCompletedMore,    ///< a step succeeded and more remain
-  kStepCompletedLast,    ///< the last step succeeded
-  kStepFailedUndo,       ///< a step failed for good; completed effects exist
-  kStepFailedNothing,    ///< a step failed for good; nothing to undo
-  kStepParked,           ///< a step needs a person
-  kCancelRequested,      ///< a caller cancelled
-  kUndoCompletedMore,    ///< a compensation finished; more remain
-  kUndoCompletedLast,    ///< the last compensation finished
-  kUndoParked,           ///< a compensation gave up: a person must look
-  kOperatorResumed,      ///< a person resolved the parked step; go on forward
-  kOperatorResumedUndo,  ///< a person resolved the parked step; go on undoing
+  kStarted,               ///< the executor took the saga up
+  kStepCompletedMore,     ///< a step succeeded and more remain
+  kStepCompletedLast,     ///< the last step succeeded
+  kStepFailedUndo,        ///< a step failed for good; completed effects exist
+  kStepFailedNothing,     ///< a step failed for good; nothing to undo
+  kStepParked,            ///< a step needs a person
+  kCancelRequested,       ///< a caller cancelled
+  kUndoCompletedMore,     ///< a compensation finished; more remain
+  kUndoCompletedLast,     ///< the last compensation finished
+  kUndoParked,            ///< a compensation gave up: a person must look
+  kOperatorResumed,       ///< a person resolved the parked step; go on forward
+  kOperatorResumedUndo,   ///< a person resolved the parked step; go on undoing
+  kStepAwaitingApproval,  ///< a step waits for a person's approval
+  kApprovalSettled,       ///< approved, rejected or expired: go on
 };
 const char* SagaEventName(SagaEvent e);
 
@@ -102,6 +112,7 @@ enum class SagaCommand {
   kUndoNextStep,
   kRecordTerminal,
   kRecordParked,
+  kRecordWaiting,  ///< commit awaiting_approval; the drive ends
 };
 const char* SagaCommandName(SagaCommand c);
 

@@ -34,6 +34,8 @@ struct UndoCompletedLast {};
 struct UndoParked {};
 struct OperatorResumed {};
 struct OperatorResumedUndo {};
+struct StepAwaitingApproval {};
+struct ApprovalSettled {};
 
 // ---- states
 template <SagaState S>
@@ -66,6 +68,7 @@ using RunNextStep = Emit<SagaCommand::kRunNextStep>;
 using UndoNextStep = Emit<SagaCommand::kUndoNextStep>;
 using RecordTerminal = Emit<SagaCommand::kRecordTerminal>;
 using RecordParked = Emit<SagaCommand::kRecordParked>;
+using RecordWaiting = Emit<SagaCommand::kRecordWaiting>;
 
 // ---- guards
 template <SagaState S>
@@ -110,7 +113,9 @@ struct SagaMachineDef : msmf::state_machine_def<SagaMachineDef> {
   msmf::Row < Compensating    , UndoCompletedLast, Compensated     , RecordTerminal, none >,
   msmf::Row < Compensating    , UndoParked       , NeedsAttention  , RecordParked  , none >,
   msmf::Row < NeedsAttention  , OperatorResumed  , Running         , RunNextStep   , none >,
-  msmf::Row < NeedsAttention  , OperatorResumedUndo, Compensating  , UndoNextStep  , none >
+  msmf::Row < NeedsAttention  , OperatorResumedUndo, Compensating  , UndoNextStep  , none >,
+  msmf::Row < Running         , StepAwaitingApproval, AwaitingApproval, RecordWaiting, none >,
+  msmf::Row < AwaitingApproval, ApprovalSettled  , Running         , RunNextStep   , none >
   > {};
   // clang-format on
 
@@ -182,6 +187,10 @@ Result<std::vector<SagaCommand>> SagaMachine::Fire(SagaEvent event) {
       return Process(f, OperatorResumed{}, event);
     case SagaEvent::kOperatorResumedUndo:
       return Process(f, OperatorResumedUndo{}, event);
+    case SagaEvent::kStepAwaitingApproval:
+      return Process(f, StepAwaitingApproval{}, event);
+    case SagaEvent::kApprovalSettled:
+      return Process(f, ApprovalSettled{}, event);
   }
   return Status::IllegalTransition("unknown saga event");
 }
@@ -212,6 +221,10 @@ const char* SagaEventName(SagaEvent e) {
       return "operator_resumed";
     case SagaEvent::kOperatorResumedUndo:
       return "operator_resumed_undo";
+    case SagaEvent::kStepAwaitingApproval:
+      return "step_awaiting_approval";
+    case SagaEvent::kApprovalSettled:
+      return "approval_settled";
   }
   return "?";
 }
@@ -226,6 +239,8 @@ const char* SagaCommandName(SagaCommand c) {
       return "record_terminal";
     case SagaCommand::kRecordParked:
       return "record_parked";
+    case SagaCommand::kRecordWaiting:
+      return "record_waiting";
   }
   return "?";
 }

@@ -519,6 +519,81 @@ Status ValidateAgainstSchema(const Json& doc) {
 
 // ---- semantic checks
 
+/// "15m" -> 900000; an integer counts seconds. -1 when malformed.
+int64_t ParseTtlMs(const Json& v) {
+  if (v.is_number_integer()) {
+    int64_t secs = v.get<int64_t>();
+    return secs < 0 || secs > StepSpec::kMaxApprovalTtlMs / 1000 ? -1 : secs * 1000;
+  }
+  if (!v.is_string()) return -1;
+  const std::string& t = v.get_ref<const std::string&>();
+  if (t.size() < 2 || t.size() > 12) return -1;
+  int64_t n = 0;
+  for (size_t i = 0; i + 1 < t.size(); ++i) {
+    if (t[i] < '0' || t[i] > '9') return -1;
+    n = n * 10 + (t[i] - '0');
+  }
+  int64_t unit = 0;
+  switch (t.back()) {
+    case 's':
+      unit = 1000;
+      break;
+    case 'm':
+      unit = 60'000;
+      break;
+    case 'h':
+      unit = 3'600'000;
+      break;
+    case 'd':
+      unit = 86'400'000;
+      break;
+    default:
+      return -1;
+  }
+  if (n > StepSpec::kMaxApprovalTtlMs / unit) return -1;
+  return n * unit;
+}
+
+/// Reads two_phase, approval, approval_ttl, on_expiry and on_stale.
+Status ApplyTwoPhase(const Json& s, const ToolInfo& tool, const std::string& path, StepSpec* step) {
+  bool asked = s.value("two_phase", false);
+  if (asked && !tool.has_preview) {
+    return Error(path + ".two_phase", "tool " + Quote(tool.name) + " offers no preview");
+  }
+  step->two_phase = asked || (tool.effect == EffectClass::kIrreversible && tool.has_preview);
+  std::string approval = s.value("approval", "none");
+  if (approval == "human") {
+    if (!step->two_phase) {
+      return Error(path + ".approval",
+                   "\"human\" needs a two-phase step (\"two_phase\": true, on a tool with a "
+                   "preview)");
+    }
+    step->approval = Approval::kHuman;
+  }
+  if (s.contains("approval_ttl")) {
+    int64_t ms = ParseTtlMs(s["approval_ttl"]);
+    if (ms <= 0) {
+      return Error(path + ".approval_ttl",
+                   "expected seconds or a duration like \"15m\", from 1s up to 30d");
+    }
+    step->approval_ttl_ms = ms;
+  }
+  for (const char* key : {"approval_ttl", "on_expiry"}) {
+    if (s.contains(key) && step->approval == Approval::kNone) {
+      return Error(path + "." + key, "only applies with \"approval\": \"human\"");
+    }
+  }
+  if (s.contains("on_stale") && !step->two_phase) {
+    return Error(path + ".on_stale", "only applies to a two-phase step");
+  }
+  auto fallback = [](const std::string& v) {
+    return v == "re_preview" ? Fallback::kRePreview : Fallback::kRollback;
+  };
+  step->on_expiry = fallback(s.value("on_expiry", "rollback"));
+  step->on_stale = fallback(s.value("on_stale", "re_preview"));
+  return Status::Ok();
+}
+
 /// Applies a "retry" object over `policy` and checks the bounds.
 Status ApplyRetry(const Json& retry, int cap, const std::string& cap_owner, const std::string& path,
                   RetryPolicy* policy) {
@@ -650,6 +725,7 @@ Result<SagaSpec> Build(const Json& doc, const ToolRegistry& tools) {
       }
       step.compensate = std::move(c);
     }
+    IDEM_RETURN_IF_ERROR(ApplyTwoPhase(s, tool->info(), path, &step));
     spec.steps.push_back(std::move(step));
   }
   spec.raw = doc;

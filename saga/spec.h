@@ -7,6 +7,13 @@
 // `reason`) for every write step, retry policies within bounds. Errors name
 // the place: `steps[2].compensate.tool: unknown tool "flights.cancle"`.
 //
+// Two-phase steps: "two_phase": true runs preview, then commit with a
+// token; "approval": "human" makes the commit wait for a person, for
+// "approval_ttl" (seconds, or "30s", "15m", "24h", "7d"; default 24h, at most
+// 30 days), after which "on_expiry" ("rollback" or "re_preview") applies. A
+// commit refused because the previewed resource changed follows "on_stale"
+// (default "re_preview").
+//
 // Templates: a string that is exactly "${path}" is replaced by the JSON value
 // at path (any type); "${path}" inside a longer string is replaced by the
 // value's text. Paths: input.a.b, steps.<id>.args.x, steps.<id>.result.x.
@@ -32,6 +39,12 @@ struct CompensationSpec {
   RetryPolicy retry = RetryPolicy::DefaultCompensation();
 };
 
+/// Who must approve a two-phase step before its commit.
+enum class Approval { kNone, kHuman };
+/// What happens when an approval's token expires, or a commit finds the
+/// preview stale.
+enum class Fallback { kRollback, kRePreview };
+
 struct StepSpec {
   std::string id;
   std::string tool;
@@ -40,6 +53,15 @@ struct StepSpec {
   RetryPolicy retry;                         ///< class default or the spec's override
   std::optional<CompensationSpec> compensate;
   std::string no_compensation_reason;  ///< when "compensate": null
+
+  /// preview -> commit token -> commit. Set by "two_phase": true, and always
+  /// for an irreversible tool that offers a preview.
+  bool two_phase = false;
+  Approval approval = Approval::kNone;           ///< "approval": "human"
+  int64_t approval_ttl_ms = 24LL * 3600 * 1000;  ///< "approval_ttl": 900 or "15m"
+  Fallback on_expiry = Fallback::kRollback;      ///< "on_expiry"
+  Fallback on_stale = Fallback::kRePreview;      ///< "on_stale"
+  static constexpr int64_t kMaxApprovalTtlMs = 30LL * 24 * 3600 * 1000;
 };
 
 struct SagaSpec {

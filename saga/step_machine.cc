@@ -6,8 +6,8 @@
 
 // The tables have more rows than MPL's preprocessed default of 20.
 #define BOOST_MPL_CFG_NO_PREPROCESSED_HEADERS
-#define BOOST_MPL_LIMIT_VECTOR_SIZE 40
-#define BOOST_MPL_LIMIT_MAP_SIZE 40
+#define BOOST_MPL_LIMIT_VECTOR_SIZE 50
+#define BOOST_MPL_LIMIT_MAP_SIZE 50
 #include <boost/msm/back/state_machine.hpp>
 #include <boost/msm/front/functor_row.hpp>
 #include <boost/msm/front/state_machine_def.hpp>
@@ -43,6 +43,14 @@ struct OperatorNotApplied {};
 struct OperatorRetry {};
 struct OperatorUndone {};
 struct OperatorRetryUndo {};
+struct PreviewRecorded {};
+struct ApprovalRequested {};
+struct TokenConsumed {};
+struct Approved {};
+struct Rejected {};
+struct ExpiredRePreview {};
+struct ExpiredRollback {};
+struct StaleRePreview {};
 
 // ---- states: each records its id on entry
 template <StepState S>
@@ -135,7 +143,18 @@ struct StepMachineDef : msmf::state_machine_def<StepMachineDef> {
   msmf::Row < NeedsAttention     , OperatorNotApplied , Failed            , RecordFailed     , none >,
   msmf::Row < NeedsAttention     , OperatorRetry      , Planned           , none             , none >,
   msmf::Row < CompensationFailed , OperatorUndone     , Compensated       , RecordUndone     , none >,
-  msmf::Row < CompensationFailed , OperatorRetryUndo  , Compensating      , CallCompensation , none >
+  msmf::Row < CompensationFailed , OperatorRetryUndo  , Compensating      , CallCompensation , none >,
+  //         +-------------------+--------------------+-------------------+------------------+----------------------------------------+
+  msmf::Row < Planned            , PreviewRecorded    , Previewed         , none             , none >,
+  msmf::Row < Previewed          , ApprovalRequested  , AwaitingApproval  , none             , none >,
+  msmf::Row < Previewed          , TokenConsumed      , SubmittedS        , CallTool         , none >,
+  msmf::Row < Previewed          , ExpiredRePreview   , Planned           , none             , none >,
+  msmf::Row < Previewed          , FailedFinal        , Failed            , RecordFailed     , none >,
+  msmf::Row < AwaitingApproval   , Approved           , SubmittedS        , CallTool         , none >,
+  msmf::Row < AwaitingApproval   , Rejected           , Failed            , RecordFailed     , none >,
+  msmf::Row < AwaitingApproval   , ExpiredRePreview   , Planned           , none             , none >,
+  msmf::Row < AwaitingApproval   , ExpiredRollback    , Failed            , RecordFailed     , none >,
+  msmf::Row < SubmittedS         , StaleRePreview     , Planned           , none             , none >
   > {};
   // clang-format on
 
@@ -219,6 +238,22 @@ Result<std::vector<StepCommand>> StepMachine::Fire(StepEvent event) {
       return Process(f, OperatorUndone{}, event);
     case StepEvent::kOperatorRetryUndo:
       return Process(f, OperatorRetryUndo{}, event);
+    case StepEvent::kPreviewRecorded:
+      return Process(f, PreviewRecorded{}, event);
+    case StepEvent::kApprovalRequested:
+      return Process(f, ApprovalRequested{}, event);
+    case StepEvent::kTokenConsumed:
+      return Process(f, TokenConsumed{}, event);
+    case StepEvent::kApproved:
+      return Process(f, Approved{}, event);
+    case StepEvent::kRejected:
+      return Process(f, Rejected{}, event);
+    case StepEvent::kExpiredRePreview:
+      return Process(f, ExpiredRePreview{}, event);
+    case StepEvent::kExpiredRollback:
+      return Process(f, ExpiredRollback{}, event);
+    case StepEvent::kStaleRePreview:
+      return Process(f, StaleRePreview{}, event);
   }
   return Status::IllegalTransition("unknown step event");
 }
@@ -261,6 +296,22 @@ const char* StepEventName(StepEvent e) {
       return "operator_undone";
     case StepEvent::kOperatorRetryUndo:
       return "operator_retry_undo";
+    case StepEvent::kPreviewRecorded:
+      return "preview_recorded";
+    case StepEvent::kApprovalRequested:
+      return "approval_requested";
+    case StepEvent::kTokenConsumed:
+      return "token_consumed";
+    case StepEvent::kApproved:
+      return "approved";
+    case StepEvent::kRejected:
+      return "rejected";
+    case StepEvent::kExpiredRePreview:
+      return "expired_re_preview";
+    case StepEvent::kExpiredRollback:
+      return "expired_rollback";
+    case StepEvent::kStaleRePreview:
+      return "stale_re_preview";
   }
   return "?";
 }

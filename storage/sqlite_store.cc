@@ -107,6 +107,16 @@ BEGIN
   SELECT RAISE(ABORT, 'effects are append-only');
 END;
 )sql",
+    // 2: two-phase steps (preview, token, approval) and single-use tokens.
+    R"sql(
+ALTER TABLE steps ADD COLUMN phase TEXT;
+CREATE TABLE consumed_tokens (
+  nonce   TEXT    NOT NULL PRIMARY KEY,
+  saga_id TEXT    NOT NULL REFERENCES sagas (saga_id),
+  step_id TEXT    NOT NULL,
+  at_ms   INTEGER NOT NULL
+);
+)sql",
 };
 
 constexpr int kLatestVersion = static_cast<int>(kMigrations.size());
@@ -514,15 +524,16 @@ Status SqliteStore::Commit(const WriteBatch& batch) {
       SQLite::Statement up(
           db,
           "INSERT INTO steps (saga_id, idx, step_id, tool, state, attempt, step_key, args,"
-          " args_fingerprint, result, external_ref, error, comp_attempt, comp_result, updated_ms)"
-          " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+          " args_fingerprint, result, external_ref, error, comp_attempt, comp_result, updated_ms,"
+          " phase)"
+          " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
           " ON CONFLICT (saga_id, idx) DO UPDATE SET"
           " step_id = excluded.step_id, tool = excluded.tool, state = excluded.state,"
           " attempt = excluded.attempt, step_key = excluded.step_key, args = excluded.args,"
           " args_fingerprint = excluded.args_fingerprint, result = excluded.result,"
           " external_ref = excluded.external_ref, error = excluded.error,"
           " comp_attempt = excluded.comp_attempt, comp_result = excluded.comp_result,"
-          " updated_ms = excluded.updated_ms");
+          " updated_ms = excluded.updated_ms, phase = excluded.phase");
       for (const StepRecord& s : batch.steps) {
         up.reset();
         up.bind(1, batch.saga_id);
@@ -540,6 +551,7 @@ Status SqliteStore::Commit(const WriteBatch& batch) {
         up.bind(13, s.comp_attempt);
         BindJson(up, 14, s.comp_result);
         up.bind(15, static_cast<int64_t>(s.updated_ms));
+        BindJson(up, 16, s.phase);
         try {
           up.exec();
         } catch (const SQLite::Exception& e) {
@@ -553,6 +565,22 @@ Status SqliteStore::Commit(const WriteBatch& batch) {
     if (!batch.journal.empty()) {
       SQLite::Statement ins(db, kInsertJournalSql);
       for (const JournalEntry& e : batch.journal) InsertJournal(ins, batch.saga_id, e);
+    }
+
+    if (!batch.consume_token.empty()) {
+      SQLite::Statement ins(db,
+                            "INSERT INTO consumed_tokens (nonce, saga_id, step_id, at_ms)"
+                            " VALUES (?, ?, ?, ?)");
+      ins.bind(1, batch.consume_token);
+      ins.bind(2, batch.saga_id);
+      ins.bind(3, batch.consume_token_step);
+      ins.bind(4, static_cast<int64_t>(SystemClock::Get()->NowMs()));
+      try {
+        ins.exec();
+      } catch (const SQLite::Exception& e) {
+        if (!IsConstraint(e)) throw;
+        return Status::Conflict("commit token already used; nothing of the batch was written");
+      }
     }
 
     if (!batch.effects.empty()) {
@@ -609,7 +637,8 @@ Result<SagaRecord> SqliteStore::LoadSaga(const std::string& saga_id) {
       SQLite::Statement q(db,
                           "SELECT idx, step_id, tool, state, attempt, step_key, args,"
                           " args_fingerprint, result, external_ref, error, comp_attempt,"
-                          " comp_result, updated_ms FROM steps WHERE saga_id = ? ORDER BY idx");
+                          " comp_result, updated_ms, phase FROM steps WHERE saga_id = ?"
+                          " ORDER BY idx");
       q.bind(1, saga_id);
       while (q.executeStep()) {
         StepRecord s;
@@ -628,6 +657,7 @@ Result<SagaRecord> SqliteStore::LoadSaga(const std::string& saga_id) {
         s.comp_attempt = q.getColumn(11).getInt();
         s.comp_result = ColumnJson(q, 12, "steps.comp_result");
         s.updated_ms = q.getColumn(13).getInt64();
+        s.phase = ColumnJson(q, 14, "steps.phase");
         rec.steps.push_back(std::move(s));
       }
     }

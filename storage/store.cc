@@ -2,6 +2,7 @@
 
 #include <utility>
 
+#include "storage/pg_store.h"
 #include "storage/sqlite_store.h"
 
 namespace idem::storage {
@@ -17,7 +18,11 @@ Result<std::unique_ptr<Store>> OpenStore(const std::string& locator) {
         "store locator is empty; want a file path, sqlite:PATH or postgresql://...");
   }
   if (StartsWith(locator, "postgresql://") || StartsWith(locator, "postgres://")) {
-    return Status::InvalidArgument("PostgreSQL store is not built in yet");
+    PgOptions options;
+    options.url = locator;
+    Result<std::unique_ptr<PgStore>> store = PgStore::Open(options);
+    if (!store.ok()) return store.status();
+    return std::unique_ptr<Store>(std::move(store).value());
   }
   SqliteOptions options;
   options.path = StartsWith(locator, "sqlite:") ? locator.substr(7) : locator;

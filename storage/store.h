@@ -8,8 +8,8 @@
 // synchronous=FULL; PostgreSQL: synchronous_commit=on).
 //
 // Implementations: SqliteStore (storage/sqlite_store.h), the embedded
-// default. A PostgreSQL store implements the same interface and passes the
-// same conformance suite (tests/store_conformance_test.cc).
+// default, and PgStore (storage/pg_store.h); both pass the same conformance
+// suite (tests/store_conformance.h).
 //
 // Thread safety: every method may be called from several threads at once.
 //
@@ -81,6 +81,9 @@ struct StepRecord {
   int comp_attempt = 0;  ///< attempts of the compensation so far
   Json comp_result;
   int64_t updated_ms = 0;
+  /// Two-phase steps: {"preview": ..., "token": ..., "nonce": ...,
+  /// "expires_ms": ..., "approval": {...}}; null otherwise.
+  Json phase;
 };
 
 struct SagaSummary {
@@ -121,6 +124,11 @@ struct WriteBatch {
   std::vector<StepRecord> steps;          ///< full rows to write back
   std::vector<JournalEntry> journal;
   std::vector<EffectRecord> effects;
+  /// Set: a commit token's nonce consumed by this batch, for step
+  /// `consume_token_step`. A nonce can be consumed once: a second batch with
+  /// it fails with kConflict and writes nothing.
+  std::string consume_token;
+  std::string consume_token_step;
 };
 
 struct SagaFilter {
@@ -162,7 +170,8 @@ class Store {
   virtual int SchemaVersion() = 0;
 };
 
-/// Opens a store from a locator: a file path or "sqlite:PATH" for SQLite.
+/// Opens a store from a locator: a file path or "sqlite:PATH" for SQLite;
+/// "postgresql://..." or "postgres://..." for PostgreSQL.
 /// Creates the database and runs pending migrations.
 Result<std::unique_ptr<Store>> OpenStore(const std::string& locator);
 

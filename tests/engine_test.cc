@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <map>
 #include <mutex>
+#include <thread>
 
 #include <gtest/gtest.h>
 
@@ -27,6 +28,8 @@ struct Provider {
   std::map<std::string, int> calls;                        // key -> calls received
   std::vector<std::string> order;                          // tool names in call order
   std::map<std::string, std::vector<std::string>> script;  // tool -> outcomes to play
+  std::map<std::string, int> version;                      // tool -> resource version
+  std::map<std::string, int> previews;                     // tool -> previews asked
 
   // Next scripted outcome for `tool`: "ok", "fail" (retryable), "reject",
   // "lose" (apply, then unknown), "hang" (unknown, not applied).
@@ -40,7 +43,7 @@ struct Provider {
 };
 
 std::unique_ptr<Tool> MakeTool(Provider* p, const std::string& name, EffectClass c,
-                               bool honours_keys, bool has_status) {
+                               bool honours_keys, bool has_status, bool has_preview = false) {
   ToolInfo info;
   info.name = name;
   info.effect = c;
@@ -53,6 +56,11 @@ std::unique_ptr<Tool> MakeTool(Provider* p, const std::string& name, EffectClass
     if (mode == "fail") return ToolOutcome::Failed("503 busy", true);
     if (mode == "reject") return ToolOutcome::Failed("409 sold out", false);
     if (mode == "hang") return ToolOutcome::Unknown("timed out");
+    if (mode == "reprice") p->version[name]++;
+    if (!call.expected_version.empty() &&
+        call.expected_version != "v" + std::to_string(p->version[name])) {
+      return ToolOutcome::Stale("version " + call.expected_version + " is stale");
+    }
     if (!(honours_keys && p->applied[call.key] > 0)) p->applied[call.key]++;
     Json result = {{"ref", name + ":" + call.key}, {"args", call.args}};
     if (mode == "lose") return ToolOutcome::Unknown("response lost");
@@ -73,7 +81,20 @@ std::unique_ptr<Tool> MakeTool(Provider* p, const std::string& name, EffectClass
       return o;
     };
   }
-  return std::make_unique<FunctionTool>(info, invoke, lookup);
+  FunctionTool::PreviewFn preview;
+  if (has_preview) {
+    preview = [p, name](const ToolCall& call) {
+      std::lock_guard<std::mutex> lock(p->mu);
+      p->previews[name]++;
+      PreviewOutcome o;
+      o.ok = true;
+      o.summary = name + " for " + call.args.dump();
+      o.changes = call.args;
+      o.resource_version = "v" + std::to_string(p->version[name]);
+      return o;
+    };
+  }
+  return std::make_unique<FunctionTool>(info, invoke, lookup, preview);
 }
 
 class EngineTest : public ::testing::Test {
@@ -98,6 +119,13 @@ class EngineTest : public ::testing::Test {
     Add("keys_only.do", EffectClass::kWrite, true, false);
     Add("plain.undo", EffectClass::kWrite, false, false);
     Add("lookup.read", EffectClass::kRead, false, false);
+    ASSERT_TRUE(
+        tools_.Register(MakeTool(&provider_, "pay.charge", EffectClass::kWrite, true, true, true))
+            .ok());
+    ASSERT_TRUE(tools_
+                    .Register(MakeTool(&provider_, "mail.send", EffectClass::kIrreversible, true,
+                                       true, true))
+                    .ok());
   }
   void TearDown() override { fs::remove_all(dir_); }
 
@@ -108,6 +136,7 @@ class EngineTest : public ::testing::Test {
   Engine MakeEngine() {
     EngineOptions o;
     o.clock = &clock_;
+    o.signer = &signer_;
     o.observer = [this](const storage::JournalEntry& e) {
       events_.push_back(e.step_id + ":" + e.event);
     };
@@ -153,6 +182,9 @@ class EngineTest : public ::testing::Test {
   ToolRegistry tools_;
   Provider provider_;
   ManualClock clock_;
+  preview_commit::KeyRing keys_ =
+      preview_commit::KeyRing::ForTesting({{"k1", std::string(32, 'k')}}, "k1");
+  preview_commit::TokenSigner signer_{&keys_, &clock_};
   std::vector<std::string> events_;
 };
 
@@ -528,6 +560,289 @@ TEST_F(EngineTest, ResolveRefusesWhatDoesNotFit) {
   auto still = store_->LoadSaga(parked.summary.saga_id);
   ASSERT_TRUE(still.ok());
   EXPECT_EQ(still->summary.state, "needs_attention") << "refusals write nothing";
+}
+
+// ---- two-phase steps and approval (RELIABILITY.md rows 13-18)
+
+class TwoPhaseTest : public EngineTest {
+ protected:
+  // first (a.do) then pay (pay.charge, two-phase, with the given extras).
+  SagaSpec PaySpec(Json extra) {
+    Json pay = {{"id", "pay"},
+                {"tool", "pay.charge"},
+                {"args", {{"amount", 100}, {"after", "${steps.first.result.ref}"}}},
+                {"two_phase", true},
+                {"compensate", {{"tool", "b.undo"}}}};
+    for (auto& [k, v] : extra.items()) pay[k] = v;
+    Json doc = {{"name", "pay"},
+                {"steps",
+                 {{{"id", "first"},
+                   {"tool", "a.do"},
+                   {"args", Json::object()},
+                   {"compensate", {{"tool", "a.undo"}}}},
+                  pay}}};
+    auto spec = ParseSpec(doc, tools_);
+    EXPECT_TRUE(spec.ok()) << spec.status().ToString();
+    return *spec;
+  }
+  std::string TokenOf(const storage::SagaRecord& rec) { return rec.steps[1].phase["token"]; }
+  ApprovalDecision Approve(const std::string& who = "maria") {
+    ApprovalDecision d;
+    d.approve = true;
+    d.who = who;
+    d.note = "looks right";
+    return d;
+  }
+  int PayCalls(const storage::SagaRecord& rec) { return Calls(rec.steps[1].step_key); }
+};
+
+TEST_F(TwoPhaseTest, WithoutApprovalPreviewsThenCommitsWithTheVersion) {
+  auto rec = SubmitAndRun(PaySpec(Json::object()));
+  EXPECT_EQ(rec.summary.state, "succeeded");
+  EXPECT_EQ(provider_.previews["pay.charge"], 1);
+  EXPECT_EQ(PayCalls(rec), 1);
+  EXPECT_EQ(rec.steps[1].phase["preview"]["resource_version"], "v0");
+  std::vector<std::string> pay_events;
+  for (const auto& e : events_) {
+    if (e.rfind("pay:", 0) == 0) pay_events.push_back(e);
+  }
+  EXPECT_EQ(pay_events,
+            (std::vector<std::string>{"pay:previewed", "pay:submitted", "pay:succeeded"}));
+}
+
+TEST_F(TwoPhaseTest, HumanApprovalWaitsWithoutCallingThenCommitsOnce) {
+  auto waiting = SubmitAndRun(PaySpec({{"approval", "human"}}));
+  ASSERT_EQ(waiting.summary.state, "awaiting_approval");
+  EXPECT_EQ(waiting.steps[1].state, "awaiting_approval");
+  EXPECT_EQ(PayCalls(waiting), 0);
+  // Another "process": a fresh engine on the same journal.
+  Engine other = MakeEngine();
+  auto done = other.Decide(TokenOf(waiting), Approve());
+  ASSERT_TRUE(done.ok()) << done.status().ToString();
+  EXPECT_EQ(done->summary.state, "succeeded");
+  EXPECT_EQ(PayCalls(*done), 1);
+  EXPECT_EQ(Applied(done->steps[1].step_key), 1);
+  EXPECT_EQ(done->steps[1].phase["approval"]["by"], "maria");
+  auto journal = store_->ReadJournal(done->summary.saga_id);
+  ASSERT_TRUE(journal.ok());
+  bool recorded = false;
+  for (const auto& e : *journal) {
+    if (e.event == "approved")
+      recorded = e.data["by"] == "maria" && e.data["note"] == "looks right";
+  }
+  EXPECT_TRUE(recorded);
+
+  // A replay after the commit returns the recorded result, no second effect.
+  auto replay = other.Decide(TokenOf(waiting), Approve());
+  ASSERT_TRUE(replay.ok()) << replay.status().ToString();
+  EXPECT_EQ(replay->summary.state, "succeeded");
+  EXPECT_EQ(replay->steps[1].result, done->steps[1].result);
+  EXPECT_EQ(PayCalls(*done), 1);
+}
+
+TEST_F(TwoPhaseTest, RejectionRollsBackWithoutCalling) {
+  auto waiting = SubmitAndRun(PaySpec({{"approval", "human"}}));
+  ASSERT_EQ(waiting.summary.state, "awaiting_approval");
+  Engine other = MakeEngine();
+  ApprovalDecision d;
+  d.who = "maria";
+  EXPECT_EQ(other.Decide(TokenOf(waiting), d).status().code(), Code::kInvalidArgument)
+      << "a rejection needs a reason";
+  d.note = "too expensive";
+  auto rec = other.Decide(TokenOf(waiting), d);
+  ASSERT_TRUE(rec.ok()) << rec.status().ToString();
+  EXPECT_EQ(rec->summary.state, "compensated");
+  EXPECT_EQ(rec->steps[1].state, "failed");
+  EXPECT_NE(rec->steps[1].error.find("rejected by maria: too expensive"), std::string::npos);
+  EXPECT_EQ(PayCalls(*rec), 0);
+  EXPECT_EQ(Applied(compensation::CompensationKey(rec->steps[0].step_key)), 1);
+  // Approving after the rejection is refused.
+  EXPECT_EQ(other.Decide(TokenOf(waiting), Approve()).status().code(), Code::kFailedPrecondition);
+}
+
+TEST_F(TwoPhaseTest, ExpiredApprovalIsRefusedThenRolledBackByRecovery) {
+  auto waiting = SubmitAndRun(PaySpec({{"approval", "human"}, {"approval_ttl", "15m"}}));
+  ASSERT_EQ(waiting.summary.state, "awaiting_approval");
+  Engine e = MakeEngine();
+  clock_.AdvanceMs(15 * 60 * 1000 - 1000);  // exp - 1 s: a recovery pass changes nothing
+  ASSERT_TRUE(e.Recover().ok());
+  EXPECT_EQ(store_->LoadSaga(waiting.summary.saga_id)->summary.state, "awaiting_approval");
+  clock_.AdvanceMs(2000);  // exp + 1 s
+  auto late = e.Decide(TokenOf(waiting), Approve());
+  ASSERT_FALSE(late.ok());
+  EXPECT_EQ(late.status().message(), preview_commit::kExpiredTokenMessage);
+  EXPECT_EQ(PayCalls(waiting), 0);
+  ASSERT_TRUE(e.Recover().ok());
+  auto rec = store_->LoadSaga(waiting.summary.saga_id);
+  ASSERT_TRUE(rec.ok());
+  EXPECT_EQ(rec->summary.state, "compensated");
+  EXPECT_NE(rec->steps[1].error.find("approval expired"), std::string::npos);
+  EXPECT_EQ(PayCalls(*rec), 0);
+}
+
+TEST_F(TwoPhaseTest, ExpiredApprovalCanPreviewAgain) {
+  auto waiting = SubmitAndRun(
+      PaySpec({{"approval", "human"}, {"approval_ttl", 60}, {"on_expiry", "re_preview"}}));
+  ASSERT_EQ(waiting.summary.state, "awaiting_approval");
+  clock_.AdvanceMs(61'000);
+  Engine e = MakeEngine();
+  ASSERT_TRUE(e.Recover().ok());
+  auto again = store_->LoadSaga(waiting.summary.saga_id);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->summary.state, "awaiting_approval");
+  EXPECT_EQ(provider_.previews["pay.charge"], 2);
+  EXPECT_NE(TokenOf(*again), TokenOf(waiting));
+  auto old = e.Decide(TokenOf(waiting), Approve());
+  EXPECT_FALSE(old.ok()) << "the first token expired";
+  auto done = e.Decide(TokenOf(*again), Approve());
+  ASSERT_TRUE(done.ok()) << done.status().ToString();
+  EXPECT_EQ(done->summary.state, "succeeded");
+  EXPECT_EQ(PayCalls(*done), 1);
+}
+
+TEST_F(TwoPhaseTest, ForgedTokensAreRefusedUniformlyAndChangeNothing) {
+  auto waiting = SubmitAndRun(PaySpec({{"approval", "human"}}));
+  ASSERT_EQ(waiting.summary.state, "awaiting_approval");
+  std::string good = TokenOf(waiting);
+  Engine e = MakeEngine();
+  std::vector<std::string> bad = {"", "idem1..", good.substr(0, good.size() - 1), good + "A",
+                                  "idem2" + good.substr(5)};
+  std::string flipped = good;
+  flipped[flipped.size() / 2] ^= 0x01;
+  bad.push_back(flipped);
+  preview_commit::KeyRing other_keys =
+      preview_commit::KeyRing::ForTesting({{"k1", std::string(32, 'x')}}, "k1");
+  preview_commit::TokenSigner other_signer(&other_keys, &clock_);
+  auto forged = other_signer.Mint(waiting.summary.saga_id, "pay",
+                                  waiting.steps[1].phase["args_fingerprint"], 60'000);
+  ASSERT_TRUE(forged.ok());
+  bad.push_back(*forged);
+  for (const std::string& t : bad) {
+    auto r = e.Decide(t, Approve());
+    ASSERT_FALSE(r.ok()) << t;
+    EXPECT_EQ(r.status().message(), preview_commit::kInvalidTokenMessage) << t;
+  }
+  auto rec = store_->LoadSaga(waiting.summary.saga_id);
+  ASSERT_TRUE(rec.ok());
+  EXPECT_EQ(rec->summary.state, "awaiting_approval");
+  EXPECT_TRUE(rec->steps[1].phase["approval"].is_null());
+  EXPECT_EQ(PayCalls(*rec), 0);
+}
+
+TEST_F(TwoPhaseTest, TokenOutsideItsBindingIsRefused) {
+  auto a = SubmitAndRun(PaySpec({{"approval", "human"}}), "intent-a");
+  auto b = SubmitAndRun(PaySpec({{"approval", "human"}}), "intent-b");
+  Engine e = MakeEngine();
+  ApprovalDecision other_step = Approve();
+  other_step.expected_step_id = "first";
+  EXPECT_EQ(e.Decide(TokenOf(a), other_step).status().message(),
+            preview_commit::kMismatchedTokenMessage);
+  ApprovalDecision other_saga = Approve();
+  other_saga.expected_saga_id = b.summary.saga_id;
+  EXPECT_EQ(e.Decide(TokenOf(a), other_saga).status().message(),
+            preview_commit::kMismatchedTokenMessage);
+  // Arguments changed after the preview.
+  auto rec = store_->LoadSaga(a.summary.saga_id);
+  ASSERT_TRUE(rec.ok());
+  storage::WriteBatch w;
+  w.saga_id = a.summary.saga_id;
+  auto step = rec->steps[1];
+  step.args["amount"] = 999;
+  w.steps = {step};
+  ASSERT_TRUE(store_->Commit(w).ok());
+  EXPECT_EQ(e.Decide(TokenOf(a), Approve()).status().message(),
+            preview_commit::kMismatchedTokenMessage);
+  EXPECT_EQ(PayCalls(a) + PayCalls(b), 0);
+}
+
+TEST_F(TwoPhaseTest, StaleCommitPreviewsAgainAndAsksThePersonAgain) {
+  provider_.script["pay.charge"] = {"reprice"};
+  auto waiting = SubmitAndRun(PaySpec({{"approval", "human"}}));
+  Engine e = MakeEngine();
+  auto after = e.Decide(TokenOf(waiting), Approve());
+  ASSERT_TRUE(after.ok()) << after.status().ToString();
+  EXPECT_EQ(after->summary.state, "awaiting_approval") << "never a blind commit";
+  EXPECT_EQ(Applied(after->steps[1].step_key), 0);
+  EXPECT_EQ(after->steps[1].phase["preview"]["resource_version"], "v1");
+  EXPECT_NE(e.Decide(TokenOf(waiting), Approve()).status().message().find("superseded"),
+            std::string::npos);
+  auto done = e.Decide(TokenOf(*after), Approve());
+  ASSERT_TRUE(done.ok()) << done.status().ToString();
+  EXPECT_EQ(done->summary.state, "succeeded");
+  EXPECT_EQ(Applied(done->steps[1].step_key), 1);
+}
+
+TEST_F(TwoPhaseTest, StaleCommitRollsBackWhenThePolicySaysSo) {
+  provider_.script["pay.charge"] = {"reprice"};
+  auto rec = SubmitAndRun(PaySpec({{"on_stale", "rollback"}}));
+  EXPECT_EQ(rec.summary.state, "compensated");
+  EXPECT_EQ(Applied(rec.steps[1].step_key), 0);
+}
+
+TEST_F(TwoPhaseTest, TwoProcessesApprovingAtOnceMakeOneEffect) {
+  auto waiting = SubmitAndRun(PaySpec({{"approval", "human"}}));
+  ASSERT_EQ(waiting.summary.state, "awaiting_approval");
+  std::vector<std::thread> threads;
+  std::atomic<int> ok{0};
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&] {
+      Engine e = MakeEngine();
+      auto r = e.Decide(TokenOf(waiting), Approve());
+      if (r.ok()) ++ok;
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_GE(ok.load(), 1);
+  auto rec = store_->LoadSaga(waiting.summary.saga_id);
+  ASSERT_TRUE(rec.ok());
+  EXPECT_EQ(rec->summary.state, "succeeded");
+  EXPECT_EQ(Applied(rec->steps[1].step_key), 1);
+  EXPECT_EQ(PayCalls(*rec), 1) << "the token was spent once";
+}
+
+TEST_F(TwoPhaseTest, IrreversibleToolWithAPreviewIsAlwaysTwoPhase) {
+  Json doc = {{"name", "mail"},
+              {"steps",
+               {{{"id", "send"},
+                 {"tool", "mail.send"},
+                 {"args", {{"to", "ana"}}},
+                 {"compensate", nullptr},
+                 {"reason", "a sent email cannot be unsent"}}}}};
+  auto spec = ParseSpec(doc, tools_);
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  EXPECT_TRUE(spec->steps[0].two_phase);
+  auto rec = SubmitAndRun(*spec);
+  EXPECT_EQ(rec.summary.state, "succeeded");
+  EXPECT_EQ(provider_.previews["mail.send"], 1);
+}
+
+TEST_F(TwoPhaseTest, SpecChecksTwoPhaseFields) {
+  auto bad = [&](Json step, const std::string& want) {
+    Json doc = {{"name", "x"}, {"steps", {step}}};
+    auto spec = ParseSpec(doc, tools_);
+    ASSERT_FALSE(spec.ok());
+    EXPECT_EQ(spec.status().message(), want);
+  };
+  Json base = {{"id", "s"}, {"tool", "a.do"}, {"compensate", {{"tool", "a.undo"}}}};
+  Json s1 = base;
+  s1["two_phase"] = true;
+  bad(s1, "steps[0].two_phase: tool \"a.do\" offers no preview");
+  Json s2 = base;
+  s2["approval"] = "human";
+  bad(s2,
+      "steps[0].approval: \"human\" needs a two-phase step (\"two_phase\": true, on a tool "
+      "with a preview)");
+  Json s3 = base;
+  s3["tool"] = "pay.charge";
+  s3["two_phase"] = true;
+  s3["approval"] = "human";
+  s3["approval_ttl"] = "31d";
+  bad(s3, "steps[0].approval_ttl: expected seconds or a duration like \"15m\", from 1s up to 30d");
+  Json s4 = base;
+  s4["tool"] = "pay.charge";
+  s4["two_phase"] = true;
+  s4["on_expiry"] = "rollback";
+  bad(s4, "steps[0].on_expiry: only applies with \"approval\": \"human\"");
 }
 
 }  // namespace

@@ -46,7 +46,9 @@ INSTANTIATE_TEST_SUITE_P(
         Row{S::kCompensating, E::kUndoCompletedLast, S::kCompensated, {C::kRecordTerminal}},
         Row{S::kCompensating, E::kUndoParked, S::kNeedsAttention, {C::kRecordParked}},
         Row{S::kNeedsAttention, E::kOperatorResumed, S::kRunning, {C::kRunNextStep}},
-        Row{S::kNeedsAttention, E::kOperatorResumedUndo, S::kCompensating, {C::kUndoNextStep}}),
+        Row{S::kNeedsAttention, E::kOperatorResumedUndo, S::kCompensating, {C::kUndoNextStep}},
+        Row{S::kRunning, E::kStepAwaitingApproval, S::kAwaitingApproval, {C::kRecordWaiting}},
+        Row{S::kAwaitingApproval, E::kApprovalSettled, S::kRunning, {C::kRunNextStep}}),
     [](const auto& info) {
       return std::string(SagaStateName(info.param.from)) + "_" + SagaEventName(info.param.event);
     });
@@ -82,7 +84,9 @@ INSTANTIATE_TEST_SUITE_P(Illegal, SagaRefusalTest,
                                            Refusal{S::kNeedsAttention, E::kStarted},
                                            Refusal{S::kFailed, E::kUndoCompletedLast},
                                            Refusal{S::kRunning, E::kOperatorResumed},
-                                           Refusal{S::kSucceeded, E::kOperatorResumedUndo}),
+                                           Refusal{S::kSucceeded, E::kOperatorResumedUndo},
+                                           Refusal{S::kAwaitingApproval, E::kStepCompletedLast},
+                                           Refusal{S::kPending, E::kApprovalSettled}),
                          [](const auto& info) {
                            return std::string(SagaStateName(info.param.from)) + "_" +
                                   SagaEventName(info.param.event);

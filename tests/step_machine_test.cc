@@ -47,7 +47,25 @@ INSTANTIATE_TEST_SUITE_P(
         Row{S::kSucceeded, E::kRollbackStarted, S::kCompensating, {C::kCallCompensation}},
         Row{S::kCompensating, E::kUndone, S::kCompensated, {C::kRecordUndone}},
         Row{S::kCompensating, E::kUndoFailedRetryable, S::kCompensating, {C::kScheduleUndoRetry}},
-        Row{S::kCompensating, E::kUndoFailedFinal, S::kCompensationFailed, {C::kParkStep}}),
+        Row{S::kCompensating, E::kUndoFailedFinal, S::kCompensationFailed, {C::kParkStep}},
+        Row{S::kNeedsAttention, E::kOperatorApplied, S::kSucceeded, {C::kRecordSucceeded}},
+        Row{S::kNeedsAttention, E::kOperatorNotApplied, S::kFailed, {C::kRecordFailed}},
+        Row{S::kNeedsAttention, E::kOperatorRetry, S::kPlanned, {}},
+        Row{S::kCompensationFailed, E::kOperatorUndone, S::kCompensated, {C::kRecordUndone}},
+        Row{S::kCompensationFailed,
+            E::kOperatorRetryUndo,
+            S::kCompensating,
+            {C::kCallCompensation}},
+        Row{S::kPlanned, E::kPreviewRecorded, S::kPreviewed, {}},
+        Row{S::kPreviewed, E::kApprovalRequested, S::kAwaitingApproval, {}},
+        Row{S::kPreviewed, E::kTokenConsumed, S::kSubmitted, {C::kCallTool}},
+        Row{S::kPreviewed, E::kExpiredRePreview, S::kPlanned, {}},
+        Row{S::kPreviewed, E::kFailedFinal, S::kFailed, {C::kRecordFailed}},
+        Row{S::kAwaitingApproval, E::kApproved, S::kSubmitted, {C::kCallTool}},
+        Row{S::kAwaitingApproval, E::kRejected, S::kFailed, {C::kRecordFailed}},
+        Row{S::kAwaitingApproval, E::kExpiredRePreview, S::kPlanned, {}},
+        Row{S::kAwaitingApproval, E::kExpiredRollback, S::kFailed, {C::kRecordFailed}},
+        Row{S::kSubmitted, E::kStaleRePreview, S::kPlanned, {}}),
     [](const auto& info) {
       return std::string(StepStateName(info.param.from)) + "_" + StepEventName(info.param.event);
     });
@@ -94,7 +112,13 @@ INSTANTIATE_TEST_SUITE_P(
         // Operators resolve parked steps only.
         Refusal{S::kSucceeded, E::kOperatorApplied}, Refusal{S::kUnknown, E::kOperatorNotApplied},
         Refusal{S::kNeedsAttention, E::kOperatorUndone},
-        Refusal{S::kCompensated, E::kOperatorRetryUndo}),
+        Refusal{S::kCompensated, E::kOperatorRetryUndo},
+        // A commit needs its approval: from awaiting_approval only kApproved
+        // leads to a call, and only a waiting step can be approved.
+        Refusal{S::kAwaitingApproval, E::kTokenConsumed},
+        Refusal{S::kAwaitingApproval, E::kSubmitted}, Refusal{S::kPlanned, E::kApproved},
+        Refusal{S::kSucceeded, E::kApproved}, Refusal{S::kSubmitted, E::kRejected},
+        Refusal{S::kPlanned, E::kTokenConsumed}),
     [](const auto& info) {
       return std::string(StepStateName(info.param.from)) + "_" + StepEventName(info.param.event);
     });

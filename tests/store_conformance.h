@@ -130,6 +130,7 @@ inline void ExpectStepEq(const StepRecord& want, const StepRecord& got) {
   EXPECT_EQ(want.comp_attempt, got.comp_attempt);
   EXPECT_EQ(want.comp_result, got.comp_result);
   EXPECT_EQ(want.updated_ms, got.updated_ms);
+  EXPECT_EQ(want.phase, got.phase);
 }
 
 inline void ExpectEffectEq(const EffectRecord& want, const EffectRecord& got) {
@@ -832,6 +833,87 @@ TYPED_TEST_P(StoreConformanceTest, ConcurrentCreatesOfOneIntentMakeOneSaga) {
   EXPECT_EQ(1u, this->JournalSize(winner));
 }
 
+TYPED_TEST_P(StoreConformanceTest, TwoPhaseDataRoundTrips) {
+  STORE_ASSERT_OK(this->store().CreateIntent(MakeSaga("saga-1", "intent-1")));
+  Result<SagaRecord> before = this->store().LoadSaga("saga-1");
+  STORE_ASSERT_OK(before);
+  EXPECT_TRUE(before->steps[0].phase.is_null());
+  StepRecord step = before->steps[0];
+  step.state = "awaiting_approval";
+  step.phase = Json{{"preview", {{"summary", "charge EUR 10"}, {"version", "v7"}}},
+                    {"token", "idem1.abc.def"},
+                    {"nonce", "n-1"},
+                    {"expires_ms", 1700000900000LL}};
+  WriteBatch b;
+  b.saga_id = "saga-1";
+  b.steps = {step};
+  STORE_ASSERT_OK(this->store().Commit(b));
+  Result<SagaRecord> after = this->store().LoadSaga("saga-1");
+  STORE_ASSERT_OK(after);
+  ExpectStepEq(step, after->steps[0]);
+}
+
+TYPED_TEST_P(StoreConformanceTest, TokenNonceIsConsumedOnceAndASecondUseWritesNothing) {
+  STORE_ASSERT_OK(this->store().CreateIntent(MakeSaga("saga-1", "intent-1")));
+  Result<SagaRecord> before = this->store().LoadSaga("saga-1");
+  STORE_ASSERT_OK(before);
+  StepRecord step = before->steps[0];
+  step.state = "submitted";
+  step.attempt = 1;
+  WriteBatch first;
+  first.saga_id = "saga-1";
+  first.steps = {step};
+  first.journal = {MakeEntry("saga-1", step.step_id, "submitted", 2000)};
+  first.consume_token = "nonce-1";
+  first.consume_token_step = step.step_id;
+  STORE_ASSERT_OK(this->store().Commit(first));
+  const size_t journal_after_first = this->JournalSize("saga-1");
+
+  StepRecord again = step;
+  again.attempt = 2;
+  WriteBatch second = first;
+  second.steps = {again};
+  Status s = this->store().Commit(second);
+  EXPECT_EQ(Code::kConflict, s.code()) << s.ToString();
+  Result<SagaRecord> after = this->store().LoadSaga("saga-1");
+  STORE_ASSERT_OK(after);
+  EXPECT_EQ(1, after->steps[0].attempt);
+  EXPECT_EQ(journal_after_first, this->JournalSize("saga-1"));
+
+  WriteBatch other = first;
+  other.consume_token = "nonce-2";
+  STORE_EXPECT_OK(this->store().Commit(other));
+}
+
+TYPED_TEST_P(StoreConformanceTest, ConcurrentConsumersOfOneNonceHaveOneWinner) {
+  STORE_ASSERT_OK(this->store().CreateIntent(MakeSaga("saga-1", "intent-1")));
+  Result<SagaRecord> before = this->store().LoadSaga("saga-1");
+  STORE_ASSERT_OK(before);
+  std::atomic<int> wins{0};
+  std::atomic<int> conflicts{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&, t] {
+      WriteBatch b;
+      b.saga_id = "saga-1";
+      b.journal = {MakeEntry("saga-1", "step0", "submitted", 3000 + t)};
+      b.consume_token = "the-nonce";
+      b.consume_token_step = "step0";
+      for (int attempt = 0; attempt < 50; ++attempt) {
+        Status s = this->store().Commit(b);
+        if (s.code() == Code::kUnavailable || s.code() == Code::kAborted) continue;
+        if (s.ok()) ++wins;
+        if (s.code() == Code::kConflict) ++conflicts;
+        return;
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(1, wins.load());
+  EXPECT_EQ(7, conflicts.load());
+  EXPECT_EQ(2u, this->JournalSize("saga-1"));  // saga_created + the winner's entry
+}
+
 REGISTER_TYPED_TEST_SUITE_P(StoreConformanceTest, CreateIntentCreatesSaga,
                             SameKeySameFingerprintReturnsExistingAndWritesNothing,
                             SameKeyOtherFingerprintConflictsAndWritesNothing,
@@ -842,6 +924,9 @@ REGISTER_TYPED_TEST_SUITE_P(StoreConformanceTest, CreateIntentCreatesSaga,
                             CommitToMissingSagaIsNotFound, JournalSeqIncreasesInCommitOrder,
                             ListSagasNewestFirstFilteredAndLimited, ListEffectsInCommitOrder,
                             SchemaVersionSurvivesReopen, DataSurvivesReopen,
-                            ConcurrentCommitsAllLand, ConcurrentCreatesOfOneIntentMakeOneSaga);
+                            ConcurrentCommitsAllLand, ConcurrentCreatesOfOneIntentMakeOneSaga,
+                            TwoPhaseDataRoundTrips,
+                            TokenNonceIsConsumedOnceAndASecondUseWritesNothing,
+                            ConcurrentConsumersOfOneNonceHaveOneWinner);
 
 }  // namespace idem::storage::conformance

@@ -1,7 +1,8 @@
 // The travel example's simulated providers (examples/travel_booking): key
 // deduplication and its absence, status lookups, fault injection, the
 // dtm-style barrier (RELIABILITY.md rows 21-22), failpoints and concurrency,
-// each checked against a real SQLite ledger in a fresh temporary directory.
+// previews, resource versions and stale two-phase commits, each checked
+// against a real SQLite ledger in a fresh temporary directory.
 
 #include <atomic>
 #include <chrono>
@@ -32,7 +33,7 @@ namespace fs = std::filesystem;
 
 const char* const kExpectedSyntax =
     " (expected TOOL=MODE[@N], MODE one of fail, fail_times(K), reject, lose_request, "
-    "lose_response, delay(MS))";
+    "lose_response, delay(MS), reprice)";
 
 class TempDir {
  public:
@@ -91,7 +92,12 @@ Json ArgsFor(const std::string& tool) {
   }
   if (tool == "hotels.book") return {{"city", "Tokyo"}, {"check_in", "2026-12-01"}};
   if (tool == "cars.rent") return {{"city", "Tokyo"}, {"from", "2026-12-01"}};
-  if (tool == "payments.charge") return {{"amount_cents", 184000}, {"currency", "EUR"}};
+  if (tool == "payments.charge") {
+    return {{"traveller", "Ana"},
+            {"amount_cents", 184000},
+            {"currency", "EUR"},
+            {"description", "trip LIS-NRT"}};
+  }
   return Json::object();
 }
 
@@ -148,6 +154,34 @@ class TravelProviderTest : public ::testing::Test {
     Tool* t = Find(tool);
     if (t == nullptr) return LookupOutcome();
     return t->Lookup(key);
+  }
+
+  PreviewOutcome Preview(const std::string& tool, const std::string& key, Json args) {
+    Tool* t = Find(tool);
+    if (t == nullptr) return PreviewOutcome();
+    return t->Preview(Call(tool, key, std::move(args)));
+  }
+  PreviewOutcome Preview(const std::string& tool, const std::string& key) {
+    return Preview(tool, key, ArgsFor(tool));
+  }
+
+  /// The commit of a two-phase call: Invoke carrying the previewed version.
+  ToolOutcome Commit(const std::string& tool, const std::string& key, const std::string& version,
+                     Json args) {
+    Tool* t = Find(tool);
+    if (t == nullptr) return ToolOutcome::Unknown("test: no tool " + tool);
+    ToolCall call = Call(tool, key, std::move(args));
+    call.expected_version = version;
+    return t->Invoke(call);
+  }
+  ToolOutcome Commit(const std::string& tool, const std::string& key, const std::string& version) {
+    return Commit(tool, key, version, ArgsFor(tool));
+  }
+
+  std::string Version(const std::string& provider, const std::string& resource) {
+    Result<std::string> v = ledger_->ResourceVersion(provider, resource);
+    EXPECT_TRUE(v.ok()) << v.status().ToString();
+    return v.ok() ? *v : "";
   }
 
   /// Effect rows of `tool` under `key`; -1 when the ledger cannot say.
@@ -229,16 +263,17 @@ TEST_F(TravelProviderTest, ToolsMatchTheReadmeTable) {
     EffectClass effect;
     bool honours_keys;
     bool has_status;
+    bool has_preview;
   };
   const std::vector<Row> rows = {
-      {"flights.reserve", EffectClass::kWrite, true, true},
-      {"flights.cancel", EffectClass::kIdempotent, true, false},
-      {"hotels.book", EffectClass::kWrite, false, true},
-      {"hotels.cancel", EffectClass::kIdempotent, true, true},
-      {"cars.rent", EffectClass::kWrite, false, false},
-      {"cars.return", EffectClass::kIdempotent, true, false},
-      {"payments.charge", EffectClass::kWrite, true, true},
-      {"payments.refund", EffectClass::kIdempotent, true, false},
+      {"flights.reserve", EffectClass::kWrite, true, true, true},
+      {"flights.cancel", EffectClass::kIdempotent, true, false, false},
+      {"hotels.book", EffectClass::kWrite, false, true, false},
+      {"hotels.cancel", EffectClass::kIdempotent, true, true, false},
+      {"cars.rent", EffectClass::kWrite, false, false, false},
+      {"cars.return", EffectClass::kIdempotent, true, false, false},
+      {"payments.charge", EffectClass::kWrite, true, true, true},
+      {"payments.refund", EffectClass::kIdempotent, true, false, false},
   };
   std::set<std::string> expected_names;
   for (const auto& row : rows) {
@@ -250,6 +285,7 @@ TEST_F(TravelProviderTest, ToolsMatchTheReadmeTable) {
     EXPECT_EQ(tool->info().effect, row.effect);
     EXPECT_EQ(tool->info().honours_keys, row.honours_keys);
     EXPECT_EQ(tool->info().has_status, row.has_status);
+    EXPECT_EQ(tool->info().has_preview, row.has_preview);
   }
   const Strings& names = TravelToolNames();
   EXPECT_EQ(std::set<std::string>(names.begin(), names.end()), expected_names);
@@ -581,6 +617,410 @@ TEST_F(TravelProviderTest, RegisterRefusesAFaultForAnUnknownTool) {
   EXPECT_EQ(registry_.Find("flights.reserve"), nullptr);
 }
 
+// ---- previews and versions (two-phase calls)
+
+// The fare the flights provider quotes for ArgsFor("flights.reserve") at v1.
+constexpr int64_t kLisNrtCents = 88'500;
+constexpr int64_t kRepriceStepCents = 2'500;
+const char* const kLisNrt = "LIS-NRT/2026-12-01";
+const char* const kAnaAccount = "account/Ana";
+
+TEST_F(TravelProviderTest, PreviewDescribesTheChargeAndHasNoEffect) {
+  ASSERT_TRUE(Register());
+  PreviewOutcome p = Preview("payments.charge", "c1");
+  ASSERT_TRUE(p.ok) << p.error;
+  EXPECT_EQ(p.summary, "charge EUR 1,840.00 to Ana (trip LIS-NRT)");
+  EXPECT_EQ(p.resource_version, "v1");
+  EXPECT_EQ(p.changes, (Json{{"operation", "charge"},
+                             {"traveller", "Ana"},
+                             {"amount_cents", 184000},
+                             {"currency", "EUR"},
+                             {"description", "trip LIS-NRT"},
+                             {"resource", kAnaAccount},
+                             {"version", "v1"}}));
+  EXPECT_TRUE(p.error.empty());
+  // No effect; logged as a preview, not as an attempt.
+  EXPECT_EQ(Effects("payments.charge", "c1"), 0);
+  EXPECT_EQ(AllEffects("c1"), 0);
+  EXPECT_EQ(Attempts("payments.charge", "c1"), 0);
+  EXPECT_EQ(Outcomes("payments", "preview", "c1"), (Strings{"previewed"}));
+  EXPECT_EQ(Lookup("payments.charge", "c1").kind, LookupKind::kNotApplied);
+  // A preview is repeatable and changes nothing.
+  PreviewOutcome again = Preview("payments.charge", "c1");
+  ASSERT_TRUE(again.ok) << again.error;
+  EXPECT_EQ(again.summary, p.summary);
+  EXPECT_EQ(again.changes, p.changes);
+  EXPECT_EQ(again.resource_version, "v1");
+  EXPECT_EQ(Version("payments", kAnaAccount), "v1");
+  EXPECT_EQ(Effects("payments.charge", "c1"), 0);
+
+  // Other amounts, currencies, travellers; no description.
+  PreviewOutcome small = Preview("payments.charge", "c2",
+                                 {{"traveller", "Bo"}, {"amount_cents", 5}, {"currency", "JPY"}});
+  ASSERT_TRUE(small.ok) << small.error;
+  EXPECT_EQ(small.summary, "charge JPY 0.05 to Bo");
+  EXPECT_EQ(small.changes["resource"], "account/Bo");
+  PreviewOutcome big =
+      Preview("payments.charge", "c3", {{"traveller", "Ana"}, {"amount_cents", 123456789}});
+  ASSERT_TRUE(big.ok) << big.error;
+  EXPECT_EQ(big.summary, "charge EUR 1,234,567.89 to Ana");
+}
+
+TEST_F(TravelProviderTest, PreviewDescribesTheFlightAndHasNoEffect) {
+  ASSERT_TRUE(Register());
+  PreviewOutcome p = Preview("flights.reserve", "f1");
+  ASSERT_TRUE(p.ok) << p.error;
+  EXPECT_EQ(p.summary, "reserve LIS \u2192 NRT on 2026-12-01 for Ana, EUR 885.00");
+  EXPECT_EQ(p.resource_version, "v1");
+  EXPECT_EQ(p.changes["operation"], "reserve");
+  EXPECT_EQ(p.changes["traveller"], "Ana");
+  EXPECT_EQ(p.changes["flight"]["from"], "LIS");
+  EXPECT_EQ(p.changes["flight"]["to"], "NRT");
+  EXPECT_EQ(p.changes["flight"]["date"], "2026-12-01");
+  EXPECT_EQ(p.changes["price"], (Json{{"amount_cents", kLisNrtCents}, {"currency", "EUR"}}));
+  EXPECT_EQ(p.changes["resource"], kLisNrt);
+  EXPECT_EQ(p.changes["version"], "v1");
+  EXPECT_EQ(Effects("flights.reserve", "f1"), 0);
+  EXPECT_EQ(Attempts("flights.reserve", "f1"), 0);
+  EXPECT_EQ(Outcomes("flights", "preview", "f1"), (Strings{"previewed"}));
+
+  Json round_trip = ArgsFor("flights.reserve");
+  round_trip["return_date"] = "2026-12-08";
+  PreviewOutcome rt = Preview("flights.reserve", "f2", round_trip);
+  ASSERT_TRUE(rt.ok) << rt.error;
+  EXPECT_EQ(rt.summary,
+            "reserve LIS \u2192 NRT on 2026-12-01 (return 2026-12-08) for Ana, EUR 885.00");
+  EXPECT_EQ(rt.changes["flight"]["return_date"], "2026-12-08");
+
+  // The commit books what the preview showed.
+  ToolOutcome o = Commit("flights.reserve", "f1", p.resource_version);
+  ASSERT_EQ(o.kind, OutcomeKind::kSucceeded) << o.error;
+  EXPECT_EQ(o.result["price"], p.changes["price"]);
+  EXPECT_EQ(o.result["flight"], p.changes["flight"]);
+}
+
+TEST_F(TravelProviderTest, ToolsWithoutAPreviewAnswerNotOk) {
+  ASSERT_TRUE(Register());
+  for (const std::string tool : {"hotels.book", "cars.rent", "flights.cancel", "payments.refund"}) {
+    SCOPED_TRACE(tool);
+    EXPECT_FALSE(Find(tool)->info().has_preview);
+    PreviewOutcome p = Preview(tool, "n1");
+    EXPECT_FALSE(p.ok);
+    EXPECT_EQ(p.error, "tool " + tool + " offers no preview");
+    EXPECT_TRUE(Outcomes(ProviderOf(tool), "preview", "n1").empty());
+  }
+}
+
+TEST_F(TravelProviderTest, PreviewRefusesBadArgsAndBarredKeys) {
+  ASSERT_TRUE(Register());
+  PreviewOutcome bad = Preview("payments.charge", "b1", {{"amount_cents", "lots"}});
+  EXPECT_FALSE(bad.ok);
+  EXPECT_FALSE(bad.retryable);
+  EXPECT_EQ(bad.error, "payments.charge: amount_cents must be a non-negative integer");
+  EXPECT_EQ(Outcomes("payments", "preview", "b1"), (Strings{"rejected"}));
+
+  PreviewOutcome not_object = Preview("flights.reserve", "b2", Json::array());
+  EXPECT_FALSE(not_object.ok);
+  EXPECT_EQ(not_object.error, "flights.reserve: args must be a JSON object");
+  EXPECT_EQ(Outcomes("flights", "preview", "b2"), (Strings{"error"}));
+
+  // The compensation came first: a commit would be refused, and so is the preview.
+  ASSERT_EQ(Invoke("payments.refund", "b3:compensate", Json::object()).kind,
+            OutcomeKind::kSucceeded);
+  PreviewOutcome barred = Preview("payments.charge", "b3");
+  EXPECT_FALSE(barred.ok);
+  EXPECT_FALSE(barred.retryable);
+  EXPECT_EQ(barred.error, "action arrived after its compensation");
+  EXPECT_EQ(Outcomes("payments", "preview", "b3"), (Strings{"refused_after_compensation"}));
+  EXPECT_EQ(AllEffects("b3"), 0);
+}
+
+TEST_F(TravelProviderTest, CommitWithTheMatchingVersionApplies) {
+  ASSERT_TRUE(Register());
+  for (const std::string tool : {"payments.charge", "flights.reserve"}) {
+    SCOPED_TRACE(tool);
+    PreviewOutcome p = Preview(tool, "m1");
+    ASSERT_TRUE(p.ok) << p.error;
+    ToolOutcome o = Commit(tool, "m1", p.resource_version);
+    ASSERT_EQ(o.kind, OutcomeKind::kSucceeded) << o.error;
+    EXPECT_FALSE(o.stale);
+    EXPECT_FALSE(o.external_ref.empty());
+    EXPECT_EQ(Effects(tool, "m1"), 1);
+    EXPECT_EQ(Outcomes(tool, "m1"), (Strings{"applied"}));
+    EXPECT_EQ(Outcomes(ProviderOf(tool), "preview", "m1"), (Strings{"previewed"}));
+    // A commit does not move the version.
+    EXPECT_EQ(Preview(tool, "m2").resource_version, "v1");
+  }
+  EXPECT_EQ(Version("payments", kAnaAccount), "v1");
+  EXPECT_EQ(Version("flights", kLisNrt), "v1");
+}
+
+TEST_F(TravelProviderTest, CommitWithAnOldVersionIsStaleWithNoEffect) {
+  ASSERT_TRUE(Register());
+  PreviewOutcome p = Preview("payments.charge", "s1");
+  ASSERT_TRUE(p.ok) << p.error;
+  ASSERT_EQ(p.resource_version, "v1");
+  // Someone else changes the account between the preview and the commit.
+  Result<std::string> bumped = ledger_->BumpVersion("payments", kAnaAccount);
+  ASSERT_TRUE(bumped.ok()) << bumped.status().ToString();
+  EXPECT_EQ(*bumped, "v2");
+  ToolOutcome o = Commit("payments.charge", "s1", "v1");
+  EXPECT_EQ(o.kind, OutcomeKind::kFailed);
+  EXPECT_TRUE(o.stale);
+  EXPECT_FALSE(o.retryable);
+  EXPECT_EQ(o.error,
+            "payments.charge: account/Ana changed since the preview: previewed at version v1, "
+            "now v2; nothing was done, preview again");
+  EXPECT_EQ(Effects("payments.charge", "s1"), 0);
+  EXPECT_EQ(Outcomes("payments.charge", "s1"), (Strings{"stale"}));
+  EXPECT_EQ(Lookup("payments.charge", "s1").kind, LookupKind::kNotApplied);
+  // Any version but the current one is stale, and the refusal repeats.
+  EXPECT_TRUE(Commit("payments.charge", "s1", "v3").stale);
+  EXPECT_TRUE(Commit("payments.charge", "s1", "nonsense").stale);
+  EXPECT_EQ(Effects("payments.charge", "s1"), 0);
+  // Other travellers' accounts did not move.
+  EXPECT_EQ(
+      Preview("payments.charge", "s9", {{"traveller", "Bo"}, {"amount_cents", 1}}).resource_version,
+      "v1");
+  // Preview again, then commit with the new version.
+  PreviewOutcome again = Preview("payments.charge", "s1");
+  ASSERT_TRUE(again.ok) << again.error;
+  EXPECT_EQ(again.resource_version, "v2");
+  ToolOutcome ok = Commit("payments.charge", "s1", again.resource_version);
+  ASSERT_EQ(ok.kind, OutcomeKind::kSucceeded) << ok.error;
+  EXPECT_EQ(Effects("payments.charge", "s1"), 1);
+  EXPECT_EQ(Outcomes("payments.charge", "s1"), (Strings{"stale", "stale", "stale", "applied"}));
+}
+
+TEST_F(TravelProviderTest, AMovedFlightIsRepricedAndAStaleCommitBooksNothing) {
+  ASSERT_TRUE(Register());
+  PreviewOutcome p = Preview("flights.reserve", "r1");
+  ASSERT_TRUE(p.ok) << p.error;
+  ASSERT_TRUE(ledger_->BumpVersion("flights", kLisNrt).ok());
+  ToolOutcome o = Commit("flights.reserve", "r1", p.resource_version);
+  EXPECT_EQ(o.kind, OutcomeKind::kFailed);
+  EXPECT_TRUE(o.stale);
+  EXPECT_EQ(o.error,
+            "flights.reserve: LIS-NRT/2026-12-01 changed since the preview: previewed at version "
+            "v1, now v2; nothing was done, preview again");
+  EXPECT_EQ(Effects("flights.reserve", "r1"), 0);
+  // Another date is another resource.
+  Json other = ArgsFor("flights.reserve");
+  other["date"] = "2026-12-02";
+  EXPECT_EQ(Preview("flights.reserve", "r2", other).resource_version, "v1");
+
+  PreviewOutcome again = Preview("flights.reserve", "r1");
+  ASSERT_TRUE(again.ok) << again.error;
+  EXPECT_EQ(again.resource_version, "v2");
+  EXPECT_EQ(again.changes["price"]["amount_cents"], kLisNrtCents + kRepriceStepCents);
+  EXPECT_EQ(again.summary, "reserve LIS \u2192 NRT on 2026-12-01 for Ana, EUR 910.00");
+  ToolOutcome ok = Commit("flights.reserve", "r1", "v2");
+  ASSERT_EQ(ok.kind, OutcomeKind::kSucceeded) << ok.error;
+  EXPECT_EQ(ok.result["price"], again.changes["price"]);
+  EXPECT_EQ(Effects("flights.reserve", "r1"), 1);
+}
+
+TEST_F(TravelProviderTest, EmptyExpectedVersionIsAOnePhaseCallWithNoCheck) {
+  ASSERT_TRUE(Register());
+  ASSERT_TRUE(ledger_->BumpVersion("payments", kAnaAccount).ok());
+  ASSERT_TRUE(ledger_->BumpVersion("flights", kLisNrt).ok());
+  for (const std::string tool : {"payments.charge", "flights.reserve"}) {
+    SCOPED_TRACE(tool);
+    ToolOutcome o = Invoke(tool, "e1");
+    ASSERT_EQ(o.kind, OutcomeKind::kSucceeded) << o.error;
+    EXPECT_EQ(Effects(tool, "e1"), 1);
+  }
+  // The one-phase flight is booked at the current fare.
+  EXPECT_EQ(EffectRows("flights.reserve", "e1").at(0).result["price"]["amount_cents"],
+            kLisNrtCents + kRepriceStepCents);
+  // Tools that version nothing ignore an expected version.
+  ToolOutcome hotel = Commit("hotels.book", "e2", "v7", ArgsFor("hotels.book"));
+  ASSERT_EQ(hotel.kind, OutcomeKind::kSucceeded) << hotel.error;
+}
+
+TEST_F(TravelProviderTest, RepeatOfAnAppliedKeyReplaysWithoutAVersionCheck) {
+  ASSERT_TRUE(Register());
+  PreviewOutcome p = Preview("payments.charge", "d1");
+  ASSERT_TRUE(p.ok) << p.error;
+  ToolOutcome first = Commit("payments.charge", "d1", p.resource_version);
+  ASSERT_EQ(first.kind, OutcomeKind::kSucceeded) << first.error;
+  ASSERT_TRUE(ledger_->BumpVersion("payments", kAnaAccount).ok());
+  // The effect is applied: a retry of the same commit replays it.
+  ToolOutcome again = Commit("payments.charge", "d1", p.resource_version);
+  ASSERT_EQ(again.kind, OutcomeKind::kSucceeded) << again.error;
+  EXPECT_FALSE(again.stale);
+  EXPECT_EQ(again.result, first.result);
+  EXPECT_EQ(again.external_ref, first.external_ref);
+  EXPECT_EQ(Effects("payments.charge", "d1"), 1);
+  EXPECT_EQ(Outcomes("payments.charge", "d1"), (Strings{"applied", "repeat"}));
+  // A preview of an applied key says so and shows the stored result.
+  PreviewOutcome done = Preview("payments.charge", "d1");
+  ASSERT_TRUE(done.ok) << done.error;
+  EXPECT_EQ(done.summary, "already done: charge EUR 1,840.00 to Ana (trip LIS-NRT)");
+  EXPECT_EQ(done.changes["already_applied"], true);
+  EXPECT_EQ(done.changes["result"], first.result);
+  EXPECT_EQ(done.resource_version, "v2");
+  EXPECT_EQ(Outcomes("payments", "preview", "d1"), (Strings{"previewed", "already_applied"}));
+}
+
+TEST_F(TravelProviderTest, RepriceMakesExactlyTheSelectedCommitStale) {
+  ASSERT_TRUE(Register({"payments.charge=reprice@2"}));
+  // Call 1: not selected.
+  PreviewOutcome p1 = Preview("payments.charge", "k1");
+  ASSERT_EQ(p1.resource_version, "v1");
+  ToolOutcome c1 = Commit("payments.charge", "k1", "v1");
+  ASSERT_EQ(c1.kind, OutcomeKind::kSucceeded) << c1.error;
+  // Call 2: the account moves just before the commit is handled.
+  PreviewOutcome p2 = Preview("payments.charge", "k2");
+  ASSERT_EQ(p2.resource_version, "v1");
+  ToolOutcome c2 = Commit("payments.charge", "k2", p2.resource_version);
+  EXPECT_EQ(c2.kind, OutcomeKind::kFailed);
+  EXPECT_TRUE(c2.stale);
+  EXPECT_NE(c2.error.find("previewed at version v1, now v2"), std::string::npos) << c2.error;
+  EXPECT_EQ(Effects("payments.charge", "k2"), 0);
+  EXPECT_EQ(Version("payments", kAnaAccount), "v2");  // the bump is durable
+  // What the engine does next: preview again (no fault, not counted), commit.
+  PreviewOutcome p3 = Preview("payments.charge", "k2");
+  ASSERT_TRUE(p3.ok) << p3.error;
+  EXPECT_EQ(p3.resource_version, "v2");
+  EXPECT_EQ(p3.summary, p2.summary);  // same charge, moved account
+  ToolOutcome c3 = Commit("payments.charge", "k2", p3.resource_version);  // call 3
+  ASSERT_EQ(c3.kind, OutcomeKind::kSucceeded) << c3.error;
+  EXPECT_EQ(Effects("payments.charge", "k2"), 1);
+  EXPECT_EQ(Outcomes("payments.charge", "k2"), (Strings{"stale", "applied"}));
+  EXPECT_EQ(Outcomes("payments", "preview", "k2"), (Strings{"previewed", "previewed"}));
+  // Call 4: not selected either.
+  ToolOutcome c4 = Commit("payments.charge", "k4", "v2");
+  ASSERT_EQ(c4.kind, OutcomeKind::kSucceeded) << c4.error;
+  EXPECT_EQ(Version("payments", kAnaAccount), "v2");
+  EXPECT_TRUE(Duplicates().empty());
+}
+
+TEST_F(TravelProviderTest, RepriceOfAFlightRaisesTheFareForTheRePreview) {
+  ASSERT_TRUE(Register({"flights.reserve=reprice@1"}));
+  PreviewOutcome p = Preview("flights.reserve", "fr");
+  ASSERT_TRUE(p.ok) << p.error;
+  // Previews are not counted: the first Invoke is still call 1.
+  ASSERT_TRUE(Preview("flights.reserve", "fr").ok);
+  ToolOutcome stale = Commit("flights.reserve", "fr", p.resource_version);
+  EXPECT_TRUE(stale.stale) << stale.error;
+  EXPECT_EQ(Effects("flights.reserve", "fr"), 0);
+  PreviewOutcome again = Preview("flights.reserve", "fr");
+  EXPECT_EQ(again.resource_version, "v2");
+  EXPECT_NE(again.summary, p.summary);
+  EXPECT_EQ(again.changes["price"]["amount_cents"], kLisNrtCents + kRepriceStepCents);
+  ToolOutcome ok = Commit("flights.reserve", "fr", again.resource_version);
+  ASSERT_EQ(ok.kind, OutcomeKind::kSucceeded) << ok.error;
+  EXPECT_EQ(ok.result["price"], again.changes["price"]);
+  EXPECT_EQ(Outcomes("flights.reserve", "fr"), (Strings{"stale", "applied"}));
+}
+
+TEST_F(TravelProviderTest, RepriceOnAOnePhaseCallMovesTheVersionAndApplies) {
+  ASSERT_TRUE(Register({"payments.charge=reprice"}));
+  for (int i = 1; i <= 3; ++i) {
+    ToolOutcome o = Invoke("payments.charge", "o" + std::to_string(i));
+    ASSERT_EQ(o.kind, OutcomeKind::kSucceeded) << o.error;
+  }
+  EXPECT_EQ(Version("payments", kAnaAccount), "v4");
+  // Without @N every commit is stale: the preview is always one version behind.
+  PreviewOutcome p = Preview("payments.charge", "o9");
+  EXPECT_EQ(p.resource_version, "v4");
+  EXPECT_TRUE(Commit("payments.charge", "o9", p.resource_version).stale);
+  EXPECT_EQ(Effects("payments.charge", "o9"), 0);
+}
+
+TEST_F(TravelProviderTest, PreviewsNeverFaultNorCountForAtN) {
+  ASSERT_TRUE(Register({"payments.charge=reject@1", "flights.reserve=lose_request"}));
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_TRUE(Preview("payments.charge", "q1").ok);
+    EXPECT_TRUE(Preview("flights.reserve", "q1").ok);
+  }
+  // The first Invoke is still call 1, and is the one rejected.
+  ToolOutcome o = Commit("payments.charge", "q1", "v1");
+  EXPECT_EQ(o.kind, OutcomeKind::kFailed);
+  EXPECT_EQ(o.error, "injected fault: permanent refusal (payments.charge call 1)");
+  EXPECT_EQ(Commit("payments.charge", "q1", "v1").kind, OutcomeKind::kSucceeded);
+}
+
+TEST_F(TravelProviderTest, RegisterRefusesRepriceForAToolWithoutAPreview) {
+  Result<FaultRule> rule = ParseFaultRule("hotels.book=reprice@1");
+  ASSERT_TRUE(rule.ok()) << rule.status().ToString();
+  options_.faults.push_back(*rule);
+  Status s = RegisterTravelTools(registry_, options_);
+  EXPECT_EQ(s.code(), Code::kInvalidArgument);
+  EXPECT_EQ(s.message(),
+            "fault reprice for \"hotels.book\": the tool has no preview (reprice applies to "
+            "flights.reserve and payments.charge)");
+  EXPECT_EQ(registry_.Find("hotels.book"), nullptr);
+}
+
+TEST_F(TravelProviderTest, VersionsAreDurableAndSharedByRegistries) {
+  ASSERT_TRUE(Register({"payments.charge=reprice@1"}));
+  ASSERT_EQ(Invoke("payments.charge", "v1").kind, OutcomeKind::kSucceeded);
+  // Another registration (another process, for the CLI) sees the moved account.
+  ToolRegistry second;
+  ASSERT_TRUE(RegisterTravelTools(second, ProviderOptions{options_.ledger_path, 0, {}}).ok());
+  PreviewOutcome p = second.Find("payments.charge")
+                         ->Preview(Call("payments.charge", "v2", ArgsFor("payments.charge")));
+  ASSERT_TRUE(p.ok) << p.error;
+  EXPECT_EQ(p.resource_version, "v2");
+  Result<std::shared_ptr<Ledger>> reopened = Ledger::Open(options_.ledger_path, false);
+  ASSERT_TRUE(reopened.ok());
+  Result<std::string> v = (*reopened)->ResourceVersion("payments", kAnaAccount);
+  ASSERT_TRUE(v.ok()) << v.status().ToString();
+  EXPECT_EQ(*v, "v2");
+  EXPECT_EQ(Version("payments", "account/Nobody"), "v1");
+}
+
+TEST_F(TravelProviderTest, ConcurrentCommitsAreNeverAppliedAfterTheVersionMoved) {
+  ASSERT_TRUE(Register());
+  // Threads commit at v1 while another moves the account: each commit is
+  // applied (checked before the move) or stale, in one transaction with its
+  // check, so nothing is applied after the first stale refusal.
+  constexpr int kCommitters = 4;
+  constexpr int kCommitsEach = 10;
+  std::atomic<int> applied{0}, stale{0}, other{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kCommitters; ++t) {
+    threads.emplace_back([&, t] {
+      Tool* tool = registry_.Find("payments.charge");
+      for (int i = 0; i < kCommitsEach; ++i) {
+        ToolCall call = Call("payments.charge", "t" + std::to_string(t) + "-" + std::to_string(i),
+                             ArgsFor("payments.charge"));
+        call.expected_version = "v1";
+        ToolOutcome o = tool->Invoke(call);
+        if (o.kind == OutcomeKind::kSucceeded) {
+          ++applied;
+        } else if (o.stale) {
+          ++stale;
+        } else {
+          ++other;
+        }
+      }
+    });
+  }
+  std::thread mover([&] { EXPECT_TRUE(ledger_->BumpVersion("payments", kAnaAccount).ok()); });
+  for (auto& th : threads) th.join();
+  mover.join();
+  EXPECT_EQ(other.load(), 0);
+  EXPECT_EQ(applied.load() + stale.load(), kCommitters * kCommitsEach);
+  Result<std::vector<LedgerCall>> calls = ledger_->Calls();
+  ASSERT_TRUE(calls.ok()) << calls.status().ToString();
+  bool seen_stale = false;
+  for (const auto& c : *calls) {
+    if (c.operation != "charge") continue;
+    if (c.outcome == "stale") {
+      seen_stale = true;
+    } else {
+      EXPECT_FALSE(seen_stale) << c.idempotency_key << " applied after a stale refusal";
+    }
+  }
+  Result<std::vector<LedgerEffect>> effects = ledger_->Effects();
+  ASSERT_TRUE(effects.ok()) << effects.status().ToString();
+  EXPECT_EQ(static_cast<int>(effects->size()), applied.load());
+  EXPECT_EQ(Version("payments", kAnaAccount), "v2");
+}
+
 // ---- the barrier (RELIABILITY.md rows 21 and 22)
 
 TEST_F(TravelProviderTest, NullCompensationAppliesNothingAndBarsTheAction) {
@@ -852,6 +1292,8 @@ TEST(ProviderFaultRuleTest, ParsesValidRules) {
       {"payments.charge=lose_response", "payments.charge", "lose_response", 0, 0},
       {"flights.reserve=delay(5)@2", "flights.reserve", "delay", 2, 5},
       {"x=delay(250)", "x", "delay", 0, 250},
+      {"payments.charge=reprice", "payments.charge", "reprice", 0, 0},
+      {"flights.reserve=reprice@2", "flights.reserve", "reprice", 2, 0},
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(c.text);
@@ -878,6 +1320,8 @@ TEST(ProviderFaultRuleTest, RejectsBadRulesWithExactMessages) {
       {"a.b=delay", "delay needs an argument, e.g. delay(2)"},
       {"a.b=fail(2)", "mode fail takes no argument"},
       {"a.b=reject(1)@2", "mode reject takes no argument"},
+      {"a.b=reprice(1)", "mode reprice takes no argument"},
+      {"a.b=reprice@0", "@N must be a positive integer"},
       {"a.b=fail_times(2)@1", "fail_times(K) takes no @N"},
       {"a.b=delay(x)", "delay(...) needs a non-negative integer"},
       {"a.b=delay()", "delay(...) needs a non-negative integer"},

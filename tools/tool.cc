@@ -62,6 +62,18 @@ ToolOutcome ToolOutcome::Unknown(std::string error) {
   return o;
 }
 
+ToolOutcome ToolOutcome::Stale(std::string error) {
+  ToolOutcome o = Failed(std::move(error), false);
+  o.stale = true;
+  return o;
+}
+
+PreviewOutcome Tool::Preview(const ToolCall& /*call*/) {
+  PreviewOutcome o;
+  o.error = "tool " + info().name + " offers no preview";
+  return o;
+}
+
 LookupOutcome Tool::Lookup(const std::string& /*key*/) {
   LookupOutcome o;
   o.kind = LookupKind::kError;
@@ -69,9 +81,25 @@ LookupOutcome Tool::Lookup(const std::string& /*key*/) {
   return o;
 }
 
-FunctionTool::FunctionTool(ToolInfo info, InvokeFn invoke, LookupFn lookup)
-    : info_(std::move(info)), invoke_(std::move(invoke)), lookup_(std::move(lookup)) {
+FunctionTool::FunctionTool(ToolInfo info, InvokeFn invoke, LookupFn lookup, PreviewFn preview)
+    : info_(std::move(info)),
+      invoke_(std::move(invoke)),
+      lookup_(std::move(lookup)),
+      preview_(std::move(preview)) {
   info_.has_status = static_cast<bool>(lookup_);
+  info_.has_preview = static_cast<bool>(preview_);
+}
+
+PreviewOutcome FunctionTool::Preview(const ToolCall& call) {
+  if (!preview_) return Tool::Preview(call);
+  try {
+    return preview_(call);
+  } catch (const std::exception& e) {
+    PreviewOutcome o;
+    o.error = std::string("preview threw: ") + e.what();
+    o.retryable = true;  // a preview has no effect: asking again is safe
+    return o;
+  }
 }
 
 ToolOutcome FunctionTool::Invoke(const ToolCall& call) {

@@ -46,6 +46,8 @@ struct ToolInfo {
   bool honours_keys = false;
   /// The tool answers Lookup(key): was this key applied, and with what result.
   bool has_status = false;
+  /// The tool answers Preview(call): what a commit would do, without doing it.
+  bool has_preview = false;
   std::string description;
 };
 
@@ -57,6 +59,20 @@ struct ToolCall {
   int attempt = 1;
   std::string saga_id;
   std::string step_id;
+  /// Two-phase commits: the resource version the preview saw. A tool that
+  /// versions its resources must refuse the commit as stale (like HTTP
+  /// If-Match) when the version has moved; empty for one-phase calls.
+  std::string expected_version;
+};
+
+/// What a commit would do (a tool's Preview): no side effect.
+struct PreviewOutcome {
+  bool ok = false;
+  std::string summary;           ///< one line for a person: "charge EUR 1,840.00 to card 4242"
+  Json changes = Json::object(); ///< structured detail of the change
+  std::string resource_version;  ///< where the provider versions the resource
+  std::string error;             ///< when !ok
+  bool retryable = false;        ///< when !ok: a transient failure
 };
 
 enum class OutcomeKind { kSucceeded, kFailed, kUnknown };
@@ -69,10 +85,12 @@ struct ToolOutcome {
   std::string external_ref;  ///< charge id, reservation id... on success
   std::string error;         ///< on failure or unknown
   bool retryable = false;    ///< failed only: a transient refusal (503, busy)
+  bool stale = false;        ///< failed only: the previewed resource version moved
 
   static ToolOutcome Succeeded(Json result, std::string external_ref = "");
   static ToolOutcome Failed(std::string error, bool retryable);
   static ToolOutcome Unknown(std::string error);
+  static ToolOutcome Stale(std::string error);
 };
 
 /// The answer of a status lookup.
@@ -97,6 +115,8 @@ class Tool {
   virtual ToolOutcome Invoke(const ToolCall& call) = 0;
   /// Only called when info().has_status. The default answers kError.
   virtual LookupOutcome Lookup(const std::string& key);
+  /// Only called when info().has_preview. The default answers !ok.
+  virtual PreviewOutcome Preview(const ToolCall& call);
 };
 
 /// A tool made of functions, for programs that embed idem.
@@ -104,16 +124,21 @@ class FunctionTool : public Tool {
  public:
   using InvokeFn = std::function<ToolOutcome(const ToolCall&)>;
   using LookupFn = std::function<LookupOutcome(const std::string& key)>;
-  /// `lookup` must be set exactly when info.has_status is true.
-  FunctionTool(ToolInfo info, InvokeFn invoke, LookupFn lookup = nullptr);
+  using PreviewFn = std::function<PreviewOutcome(const ToolCall&)>;
+  /// info.has_status and info.has_preview follow whether `lookup` and
+  /// `preview` are set.
+  FunctionTool(ToolInfo info, InvokeFn invoke, LookupFn lookup = nullptr,
+               PreviewFn preview = nullptr);
   const ToolInfo& info() const override { return info_; }
   ToolOutcome Invoke(const ToolCall& call) override;
   LookupOutcome Lookup(const std::string& key) override;
+  PreviewOutcome Preview(const ToolCall& call) override;
 
  private:
   ToolInfo info_;
   InvokeFn invoke_;
   LookupFn lookup_;
+  PreviewFn preview_;
 };
 
 /// Names tools. Owns them.

@@ -47,6 +47,11 @@ CREATE TABLE IF NOT EXISTS barriers(
   idempotency_key TEXT NOT NULL,
   op TEXT NOT NULL,
   PRIMARY KEY(provider, idempotency_key, op));
+CREATE TABLE IF NOT EXISTS versions(
+  provider TEXT NOT NULL,
+  resource TEXT NOT NULL,
+  version INTEGER NOT NULL,
+  PRIMARY KEY(provider, resource));
 )sql";
 
 Status FromSqlite(const SQLite::Exception& e, const std::string& what) {
@@ -64,6 +69,37 @@ std::pair<std::string, std::string> SplitTool(const std::string& tool) {
   if (dot == std::string::npos) return {tool, ""};
   return {tool.substr(0, dot), tool.substr(dot + 1)};
 }
+
+/// The version of a resource; 1 when it has no row. Caller holds the mutex.
+int64_t ReadVersion(SQLite::Database& db, const std::string& provider,
+                    const std::string& resource) {
+  SQLite::Statement q(db, "SELECT version FROM versions WHERE provider = ? AND resource = ?");
+  q.bind(1, provider);
+  q.bind(2, resource);
+  if (!q.executeStep()) return 1;
+  return q.getColumn(0).getInt64();
+}
+
+/// Moves a resource to its next version and answers it. Caller holds the
+/// mutex (and, for atomicity with other statements, a transaction).
+int64_t BumpVersionIn(SQLite::Database& db, const std::string& provider,
+                      const std::string& resource) {
+  SQLite::Statement insert(db,
+                           "INSERT OR IGNORE INTO versions(provider, resource, version) "
+                           "VALUES (?, ?, 1)");
+  insert.bind(1, provider);
+  insert.bind(2, resource);
+  insert.exec();
+  SQLite::Statement update(db,
+                           "UPDATE versions SET version = version + 1 "
+                           "WHERE provider = ? AND resource = ?");
+  update.bind(1, provider);
+  update.bind(2, resource);
+  update.exec();
+  return ReadVersion(db, provider, resource);
+}
+
+std::string VersionText(int64_t version) { return "v" + std::to_string(version); }
 
 bool ParseInt(const std::string& text, int* out) {
   if (text.empty() || text.size() > 9) return false;
@@ -247,6 +283,28 @@ Result<std::vector<DuplicateEffect>> Ledger::Duplicates() const {
   }
 }
 
+Result<std::string> Ledger::ResourceVersion(const std::string& provider,
+                                            const std::string& resource) const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  try {
+    return VersionText(ReadVersion(*impl_->db, provider, resource));
+  } catch (const SQLite::Exception& e) {
+    return FromSqlite(e, "read version");
+  }
+}
+
+Result<std::string> Ledger::BumpVersion(const std::string& provider, const std::string& resource) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  try {
+    SQLite::Transaction tx(*impl_->db, SQLite::TransactionBehavior::IMMEDIATE);
+    int64_t version = BumpVersionIn(*impl_->db, provider, resource);
+    tx.commit();
+    return VersionText(version);
+  } catch (const SQLite::Exception& e) {
+    return FromSqlite(e, "bump version");
+  }
+}
+
 // ---- text tables
 
 namespace {
@@ -311,7 +369,7 @@ Result<FaultRule> ParseFaultRule(const std::string& text) {
   auto bad = [&](const std::string& why) {
     return Status::InvalidArgument("fault \"" + text + "\": " + why +
                                    " (expected TOOL=MODE[@N], MODE one of fail, fail_times(K), "
-                                   "reject, lose_request, lose_response, delay(MS))");
+                                   "reject, lose_request, lose_response, delay(MS), reprice)");
   };
   auto eq = text.find('=');
   if (eq == std::string::npos || eq == 0) return bad("no TOOL=");
@@ -336,7 +394,7 @@ Result<FaultRule> ParseFaultRule(const std::string& text) {
     return bad(mode + " needs an argument, e.g. " + mode + "(2)");
   }
   if (mode != "fail" && mode != "fail_times" && mode != "reject" && mode != "lose_request" &&
-      mode != "lose_response" && mode != "delay") {
+      mode != "lose_response" && mode != "delay" && mode != "reprice") {
     return bad(mode.empty() ? "no mode" : "unknown mode \"" + mode + "\"");
   }
   if (mode == "fail_times" && rule.nth != 0) return bad("fail_times(K) takes no @N");
@@ -356,6 +414,7 @@ struct ToolDef {
   EffectClass effect;
   bool honours_keys;
   bool has_status;
+  bool has_preview;  ///< versions a resource: Preview, expected_version, reprice
   Role role;
   const char* undoes;     ///< compensation: the action operation it undoes
   const char* ref_field;  ///< the result field that is the external reference
@@ -364,22 +423,24 @@ struct ToolDef {
 
 // clang-format off
 constexpr std::array<ToolDef, 8> kTools = {{
-//  provider    operation  effect                   keys   status  role                undoes    ref_field
-  {"flights",  "reserve", EffectClass::kWrite,      true,  true,  Role::kAction,       "",       "reservation_id",
-   "Reserve a flight. Honours idempotency keys; answers status lookups."},
-  {"flights",  "cancel",  EffectClass::kIdempotent, true,  false, Role::kCompensation, "reserve", "reservation_id",
+//  provider    operation  effect                   keys   status preview role                undoes    ref_field
+  {"flights",  "reserve", EffectClass::kWrite,      true,  true,  true,  Role::kAction,       "",       "reservation_id",
+   "Reserve a flight. Honours idempotency keys; answers status lookups and previews "
+   "(versioned by route and date)."},
+  {"flights",  "cancel",  EffectClass::kIdempotent, true,  false, false, Role::kCompensation, "reserve", "reservation_id",
    "Cancel a flight reservation: {reservation_id}."},
-  {"hotels",   "book",    EffectClass::kWrite,      false, true,  Role::kAction,       "",       "booking_id",
+  {"hotels",   "book",    EffectClass::kWrite,      false, true,  false, Role::kAction,       "",       "booking_id",
    "Book a hotel room. Does NOT deduplicate keys: a repeat books again. Answers status lookups."},
-  {"hotels",   "cancel",  EffectClass::kIdempotent, true,  true,  Role::kCompensation, "book",    "booking_id",
+  {"hotels",   "cancel",  EffectClass::kIdempotent, true,  true,  false, Role::kCompensation, "book",    "booking_id",
    "Cancel a hotel booking: {booking_id}."},
-  {"cars",     "rent",    EffectClass::kWrite,      false, false, Role::kAction,       "",       "rental_id",
+  {"cars",     "rent",    EffectClass::kWrite,      false, false, false, Role::kAction,       "",       "rental_id",
    "Rent a car. Neither deduplicates keys nor answers status lookups."},
-  {"cars",     "return",  EffectClass::kIdempotent, true,  false, Role::kCompensation, "rent",    "rental_id",
+  {"cars",     "return",  EffectClass::kIdempotent, true,  false, false, Role::kCompensation, "rent",    "rental_id",
    "Return a rented car early: {rental_id}."},
-  {"payments", "charge",  EffectClass::kWrite,      true,  true,  Role::kAction,       "",       "charge_id",
-   "Charge a card: {amount_cents, currency}. Honours idempotency keys; answers status lookups."},
-  {"payments", "refund",  EffectClass::kIdempotent, true,  false, Role::kCompensation, "charge",  "refund_id",
+  {"payments", "charge",  EffectClass::kWrite,      true,  true,  true,  Role::kAction,       "",       "charge_id",
+   "Charge a card: {traveller, amount_cents, currency}. Honours idempotency keys; answers status "
+   "lookups and previews (versioned by the traveller's account)."},
+  {"payments", "refund",  EffectClass::kIdempotent, true,  false, false, Role::kCompensation, "charge",  "refund_id",
    "Refund a charge: {charge_id, amount_cents}."},
 }};
 // clang-format on
@@ -416,21 +477,107 @@ Json Pick(const Json& args, const Json& action_result, const char* field) {
   return nullptr;
 }
 
+/// A flight's fare rises this much with each version of its route and date.
+constexpr int64_t kRepriceStepCents = 2'500;
+
+/// The flight that flights.reserve would book for `args`.
+Json FlightOf(const Json& args) {
+  std::string from = Text(args, "from", "LIS");
+  std::string to = Text(args, "to", "NRT");
+  std::string date = Text(args, "date", "");
+  Json flight = {{"number", "ID" + std::to_string(100 + Fnv(from + to + date) % 900)},
+                 {"from", from},
+                 {"to", to},
+                 {"date", date}};
+  if (args.contains("return_date")) flight["return_date"] = args["return_date"];
+  return flight;
+}
+
+/// The fare of a route at `version` of its (route, date) resource.
+int64_t FlightPriceCents(const Json& args, int64_t version) {
+  std::string from = Text(args, "from", "LIS");
+  std::string to = Text(args, "to", "NRT");
+  return 40'000 + static_cast<int64_t>(Fnv(from + to) % 800) * 100 +
+         (version - 1) * kRepriceStepCents;
+}
+
+/// The charge's amount, or a refusal message.
+Result<int64_t> ChargeAmountCents(const Json& args) {
+  Json amount = args.contains("amount_cents") ? args["amount_cents"] : Json(0);
+  if (!amount.is_number_integer() || amount.get<int64_t>() < 0) {
+    return Status::InvalidArgument("amount_cents must be a non-negative integer");
+  }
+  return amount.get<int64_t>();
+}
+
+/// "EUR 1,840.00".
+std::string Money(int64_t cents, const std::string& currency) {
+  std::string units = std::to_string(cents / 100);
+  for (int i = static_cast<int>(units.size()) - 3; i > 0; i -= 3) units.insert(i, ",");
+  int64_t rest = cents % 100;
+  return currency + " " + units + "." + (rest < 10 ? "0" : "") + std::to_string(rest);
+}
+
+/// The resource a two-phase tool versions: the traveller's account for
+/// payments, the route and date for flights.
+std::string ResourceOf(const ToolDef& def, const Json& args) {
+  const std::string tool = ToolName(def);
+  if (tool == "payments.charge") return "account/" + Text(args, "traveller", "guest");
+  if (tool == "flights.reserve") {
+    return Text(args, "from", "LIS") + "-" + Text(args, "to", "NRT") + "/" + Text(args, "date", "");
+  }
+  return "";
+}
+
+/// What a commit of `args` would do at `version`, or a refusal message.
+Result<PreviewOutcome> Describe(const ToolDef& def, const Json& args, int64_t version) {
+  const std::string tool = ToolName(def);
+  const std::string currency = Text(args, "currency", "EUR");
+  const std::string traveller = Text(args, "traveller", "guest");
+  const std::string resource = ResourceOf(def, args);
+  PreviewOutcome out;
+  out.ok = true;
+  out.resource_version = VersionText(version);
+  if (tool == "payments.charge") {
+    Result<int64_t> amount = ChargeAmountCents(args);
+    if (!amount.ok()) return amount.status();
+    std::string description = Text(args, "description", "");
+    out.summary = "charge " + Money(*amount, currency) + " to " + traveller;
+    if (!description.empty()) out.summary += " (" + description + ")";
+    out.changes = {{"operation", "charge"},          {"traveller", traveller},
+                   {"amount_cents", *amount},        {"currency", currency},
+                   {"description", description},     {"resource", resource},
+                   {"version", out.resource_version}};
+    return out;
+  }
+  if (tool == "flights.reserve") {
+    Json flight = FlightOf(args);
+    int64_t price = FlightPriceCents(args, version);
+    out.summary = "reserve " + flight["from"].get<std::string>() + " \u2192 " +
+                  flight["to"].get<std::string>() + " on " + flight["date"].get<std::string>();
+    if (flight.contains("return_date")) {
+      out.summary += " (return " + Text(flight, "return_date", "") + ")";
+    }
+    out.summary += " for " + traveller + ", " + Money(price, currency);
+    out.changes = {
+        {"operation", "reserve"}, {"traveller", traveller},
+        {"flight", flight},       {"price", {{"amount_cents", price}, {"currency", currency}}},
+        {"resource", resource},   {"version", out.resource_version}};
+    return out;
+  }
+  return Status::Internal("no preview for " + tool);
+}
+
 /// The result of a new effect, or a refusal message. `action_result` is the
-/// result of the undone action (compensations; null when none).
-Result<Json> MakeResult(const ToolDef& def, const Json& args, const Json& action_result) {
+/// result of the undone action (compensations; null when none); `version` is
+/// the version of the resource the tool versions (1 when none).
+Result<Json> MakeResult(const ToolDef& def, const Json& args, const Json& action_result,
+                        int64_t version = 1) {
   const std::string tool = ToolName(def);
   const std::string currency = Text(args, "currency", "EUR");
   if (tool == "flights.reserve") {
-    std::string from = Text(args, "from", "LIS");
-    std::string to = Text(args, "to", "NRT");
-    std::string date = Text(args, "date", "");
-    Json flight = {{"number", "ID" + std::to_string(100 + Fnv(from + to + date) % 900)},
-                   {"from", from},
-                   {"to", to},
-                   {"date", date}};
-    if (args.contains("return_date")) flight["return_date"] = args["return_date"];
-    int64_t price = 40'000 + static_cast<int64_t>(Fnv(from + to) % 800) * 100;
+    Json flight = FlightOf(args);
+    int64_t price = FlightPriceCents(args, version);
     return Json{{"reservation_id", ShortId("FL-")},
                 {"flight", flight},
                 {"price", {{"amount_cents", price}, {"currency", currency}}}};
@@ -453,11 +600,9 @@ Result<Json> MakeResult(const ToolDef& def, const Json& args, const Json& action
                 {"until", Text(args, "until", "")}};
   }
   if (tool == "payments.charge") {
-    Json amount = args.contains("amount_cents") ? args["amount_cents"] : Json(0);
-    if (!amount.is_number_integer() || amount.get<int64_t>() < 0) {
-      return Status::InvalidArgument("amount_cents must be a non-negative integer");
-    }
-    return Json{{"charge_id", ShortId("CH-")}, {"amount_cents", amount}, {"currency", currency}};
+    Result<int64_t> amount = ChargeAmountCents(args);
+    if (!amount.ok()) return amount.status();
+    return Json{{"charge_id", ShortId("CH-")}, {"amount_cents", *amount}, {"currency", currency}};
   }
   if (tool == "flights.cancel" || tool == "hotels.cancel") {
     return Json{{"cancelled", true}, {def.ref_field, Pick(args, action_result, def.ref_field)}};
@@ -488,6 +633,7 @@ class ProviderTool : public Tool {
     info_.effect = def.effect;
     info_.honours_keys = def.honours_keys;
     info_.has_status = def.has_status;
+    info_.has_preview = def.has_preview;
     info_.description = def.description;
     for (const auto& rule : options.faults) {
       if (rule.tool == info_.name) faults_.push_back(rule);
@@ -522,6 +668,7 @@ class ProviderTool : public Tool {
       return ToolOutcome::Unknown("request lost");
     }
     const bool lose_response = mode == "lose_response";
+    const bool reprice = mode == "reprice";
 
     if (!call.args.is_null() && !call.args.is_object()) {
       LogCall(call.key, "error");
@@ -529,9 +676,10 @@ class ProviderTool : public Tool {
     }
     const Json args = call.args.is_null() ? Json::object() : call.args;
     bool new_effect = false;  // an effect row was committed by this call
-    ToolOutcome outcome = def_.role == Role::kAction
-                              ? Act(call.key, args, lose_response, &new_effect)
-                              : Compensate(call.key, args, lose_response, &new_effect);
+    ToolOutcome outcome =
+        def_.role == Role::kAction
+            ? Act(call.key, args, call.expected_version, reprice, lose_response, &new_effect)
+            : Compensate(call.key, args, lose_response, &new_effect);
     if (new_effect && outcome.kind == OutcomeKind::kSucceeded) {
       const char* site =
           def_.role == Role::kAction ? "provider.after_apply" : "provider.after_undo";
@@ -564,6 +712,55 @@ class ProviderTool : public Tool {
       out.error = std::string("ledger: ") + e.what();
     }
     return out;
+  }
+
+  /// No effect, no fault, no latency, no @N count: reads the resource's
+  /// version and describes the commit; logs one `calls` row ("preview").
+  PreviewOutcome Preview(const ToolCall& call) override {
+    if (!def_.has_preview) return Tool::Preview(call);
+    auto refuse = [](std::string error, bool retryable) {
+      PreviewOutcome o;
+      o.error = std::move(error);
+      o.retryable = retryable;
+      return o;
+    };
+    if (!call.args.is_null() && !call.args.is_object()) {
+      LogCall("preview", call.key, "error");
+      return refuse(info_.name + ": args must be a JSON object", false);
+    }
+    const Json args = call.args.is_null() ? Json::object() : call.args;
+    auto& impl = LedgerAccess::Of(*ledger_);
+    std::lock_guard<std::mutex> lock(impl.mu);
+    try {
+      SQLite::Transaction tx(*impl.db, SQLite::TransactionBehavior::IMMEDIATE);
+      PreviewOutcome out;
+      Json first;
+      if (IsBarredIn(impl, call.key)) {
+        InsertCall(impl, "preview", call.key, "refused_after_compensation");
+        out = refuse("action arrived after its compensation", false);
+      } else {
+        const int64_t version = ReadVersion(*impl.db, def_.provider, ResourceOf(def_, args));
+        Result<PreviewOutcome> described = Describe(def_, args, version);
+        if (!described.ok()) {
+          InsertCall(impl, "preview", call.key, "rejected");
+          out = refuse(info_.name + ": " + described.status().message(), false);
+        } else if (def_.honours_keys && FirstEffect(impl, def_.operation, call.key, &first)) {
+          // A commit would replay the stored result: say so, and show it.
+          InsertCall(impl, "preview", call.key, "already_applied");
+          out = *described;
+          out.summary = "already done: " + out.summary;
+          out.changes["already_applied"] = true;
+          out.changes["result"] = first;
+        } else {
+          InsertCall(impl, "preview", call.key, "previewed");
+          out = *described;
+        }
+      }
+      tx.commit();
+      return out;
+    } catch (const std::exception& e) {
+      return refuse(info_.name + ": ledger error: " + e.what(), true);
+    }
   }
 
  private:
@@ -624,13 +821,27 @@ class ProviderTool : public Tool {
 
   /// Logs a call that never reached the ledger logic (faults). Best effort.
   void LogCall(const std::string& key, const std::string& outcome) {
+    LogCall(def_.operation, key, outcome);
+  }
+  void LogCall(const std::string& operation, const std::string& key, const std::string& outcome) {
     auto& impl = LedgerAccess::Of(*ledger_);
     std::lock_guard<std::mutex> lock(impl.mu);
     try {
-      InsertCall(impl, def_.operation, key, outcome);
+      InsertCall(impl, operation, key, outcome);
     } catch (const std::exception&) {
       // The log is for tests; a busy ledger must not change the outcome.
     }
+  }
+
+  /// Whether a null compensation barred action key `key`. Caller holds mu.
+  bool IsBarredIn(Impl& impl, const std::string& key) {
+    SQLite::Statement barrier(*impl.db,
+                              "SELECT 1 FROM barriers "
+                              "WHERE provider = ? AND idempotency_key = ? AND op = ?");
+    barrier.bind(1, def_.provider);
+    barrier.bind(2, key);
+    barrier.bind(3, kNullCompensated);
+    return barrier.executeStep();
   }
 
   static std::string Tag(const std::string& outcome, bool lose_response) {
@@ -657,15 +868,14 @@ class ProviderTool : public Tool {
     }
   }
 
-  ToolOutcome Act(const std::string& key, const Json& args, bool lose_response, bool* new_effect) {
+  /// An action. With `expected_version` (a two-phase commit) the versioned
+  /// resource must still be at that version; `reprice` first moves it on.
+  ToolOutcome Act(const std::string& key, const Json& args, const std::string& expected_version,
+                  bool reprice, bool lose_response, bool* new_effect) {
     return InTransaction([&](Impl& impl) {
-      SQLite::Statement barrier(*impl.db,
-                                "SELECT 1 FROM barriers "
-                                "WHERE provider = ? AND idempotency_key = ? AND op = ?");
-      barrier.bind(1, def_.provider);
-      barrier.bind(2, key);
-      barrier.bind(3, kNullCompensated);
-      if (barrier.executeStep()) {
+      const std::string resource = def_.has_preview ? ResourceOf(def_, args) : "";
+      if (reprice) BumpVersionIn(*impl.db, def_.provider, resource);
+      if (IsBarredIn(impl, key)) {
         InsertCall(impl, def_.operation, key, Tag("refused_after_compensation", lose_response));
         return ToolOutcome::Failed("action arrived after its compensation", false);
       }
@@ -674,7 +884,18 @@ class ProviderTool : public Tool {
         InsertCall(impl, def_.operation, key, Tag("repeat", lose_response));
         return ToolOutcome::Succeeded(first, RefOf(def_, first));
       }
-      Result<Json> result = MakeResult(def_, args, nullptr);
+      int64_t version = 1;
+      if (def_.has_preview) {
+        version = ReadVersion(*impl.db, def_.provider, resource);
+        const std::string current = VersionText(version);
+        if (!expected_version.empty() && expected_version != current) {
+          InsertCall(impl, def_.operation, key, Tag("stale", lose_response));
+          return ToolOutcome::Stale(
+              info_.name + ": " + resource + " changed since the preview: previewed at version " +
+              expected_version + ", now " + current + "; nothing was done, preview again");
+        }
+      }
+      Result<Json> result = MakeResult(def_, args, nullptr, version);
       if (!result.ok()) {
         InsertCall(impl, def_.operation, key, Tag("rejected", lose_response));
         return ToolOutcome::Failed(info_.name + ": " + result.status().message(), false);
@@ -748,6 +969,15 @@ Status RegisterTravelTools(ToolRegistry& registry, const ProviderOptions& option
   for (const auto& rule : options.faults) {
     if (std::find(names.begin(), names.end(), rule.tool) == names.end()) {
       return Status::InvalidArgument("fault for unknown tool \"" + rule.tool + "\"");
+    }
+    if (rule.mode == "reprice") {
+      auto def = std::find_if(kTools.begin(), kTools.end(),
+                              [&](const ToolDef& d) { return ToolName(d) == rule.tool; });
+      if (!def->has_preview) {
+        return Status::InvalidArgument("fault reprice for \"" + rule.tool +
+                                       "\": the tool has no preview (reprice applies to "
+                                       "flights.reserve and payments.charge)");
+      }
     }
   }
   if (options.latency_ms < 0) return Status::InvalidArgument("latency_ms must not be negative");

@@ -9,33 +9,56 @@
 //       one row per applied effect, with NO unique constraint: an effect
 //       applied twice shows as two rows.
 //   calls(id, provider, operation, idempotency_key, at, outcome)
-//       every call received, including refused ones and status lookups
-//       (operation "lookup"), so tests can count blind retries. Outcomes:
+//       every call received, including refused ones, status lookups
+//       (operation "lookup") and previews (operation "preview"), so tests can
+//       count blind retries. Outcomes:
 //       applied, repeat (a key already applied: the first result replayed),
-//       null_compensation, refused_after_compensation, fault:fail,
-//       fault:reject, fault:lose_request, not_applied (lookup), error; a
-//       lost response appends ";response_lost" (e.g. "applied;response_lost").
+//       stale (a two-phase commit whose previewed version moved; no effect),
+//       null_compensation, refused_after_compensation, rejected (bad args),
+//       fault:fail, fault:reject, fault:lose_request, not_applied (lookup),
+//       previewed and already_applied (preview), error; a lost response
+//       appends ";response_lost" (e.g. "applied;response_lost").
 //   barriers(provider, idempotency_key, op)
 //       the dtm-style barrier: (provider, A, 'null_compensated') records that
 //       the compensation of action key A arrived before the action did.
+//   versions(provider, resource, version)
+//       the version of each resource a two-phase tool previews (see below);
+//       a resource without a row is at version 1.
 // The ledger runs in WAL mode with synchronous=FULL; each effect is committed
 // (with its `calls` row) before the tool answers. Several processes may share
 // one ledger file: writes take an immediate transaction and wait on a busy
 // timeout.
 //
 // The tools:
-//   tool              effect      keys honoured  status lookup
-//   flights.reserve   write       yes            yes
-//   flights.cancel    idempotent  yes            no
-//   hotels.book       write       NO             yes
-//   hotels.cancel     idempotent  yes            yes
-//   cars.rent         write       NO             no
-//   cars.return       idempotent  yes            no
-//   payments.charge   write       yes            yes
-//   payments.refund   idempotent  yes            no
+//   tool              effect      keys honoured  status lookup  preview
+//   flights.reserve   write       yes            yes            yes
+//   flights.cancel    idempotent  yes            no             no
+//   hotels.book       write       NO             yes            no
+//   hotels.cancel     idempotent  yes            yes            no
+//   cars.rent         write       NO             no             no
+//   cars.return       idempotent  yes            no             no
+//   payments.charge   write       yes            yes            yes
+//   payments.refund   idempotent  yes            no             no
 // A tool that honours keys answers a repeated key with the first result and
 // no new effect row. hotels.book and cars.rent apply a repeated key again (a
 // second row): idem must never send them a blind retry.
+//
+// Previews and versions (two-phase calls). flights.reserve and
+// payments.charge answer Preview(call): what a commit would do, as a one-line
+// summary ("charge EUR 1,840.00 to Ana (Trip LIS-NRT 2026-12-01 for Ana)",
+// "reserve LIS → NRT on 2026-12-01 for Ana, EUR 885.00"), structured
+// `changes` and the resource's version ("v1", "v2", ...). A preview has no
+// effect: it writes no `effects` row and only logs a `calls` row (operation
+// "preview"). The versioned resource is the traveller's account for payments
+// ("account/Ana") and the route and date for flights ("LIS-NRT/2026-12-01");
+// a flight's fare rises EUR 25.00 with each version after the first. A commit
+// (Invoke) carrying ToolCall::expected_version is checked in the same
+// transaction as its effect: when the resource's version differs, it is
+// refused with ToolOutcome::Stale and no effect (outcome "stale"). An empty
+// expected_version is a one-phase call: no check. A key that was already
+// applied is answered with the stored result first (dedup), without a check.
+// Commits do not move versions; only the `reprice` fault and
+// Ledger::BumpVersion do (another party changing the price or the account).
 //
 // Compensations and the barrier. idem calls a compensation with the key
 // `<action key>:compensate`. When the ledger has no effect of the action
@@ -43,13 +66,15 @@
 // a barrier row, applies nothing and succeeds with {"null_compensation":
 // true}. An action that later arrives under a barred key is refused
 // (permanent failure, no effect): the hanging action of RELIABILITY.md #22.
+// A preview of a barred key answers !ok the same way.
 // A compensation key without the suffix is applied without barrier checks.
 //
 // Faults (ProviderOptions::faults) are injected per tool and per call; the
-// call count is kept per registration (that is, per process for the CLI).
-// Status lookups never fault. Failpoints: "provider.after_apply" right after
-// an action's new effect is committed, "provider.after_undo" right after a
-// compensation's; an `err` there makes the tool answer unknown.
+// call count is kept per registration (that is, per process for the CLI) and
+// counts Invoke calls only. Status lookups and previews never fault, never
+// sleep and do not advance the count. Failpoints: "provider.after_apply"
+// right after an action's new effect is committed, "provider.after_undo"
+// right after a compensation's; an `err` there makes the tool answer unknown.
 //
 // Thread safety: the tools may be called from several threads at once; a
 // Ledger serialises its own connection with a mutex.
@@ -75,11 +100,16 @@ namespace idem::travel {
 ///   lose_response  the provider applies the effect and commits it, then the
 ///                  answer is lost: the tool answers unknown ("response lost")
 ///   delay(MS)      the call is held MS milliseconds, then runs normally
+///   reprice        the previewed resource changes just before the call is
+///                  handled (its version is bumped, durably): a commit
+///                  carrying the old version is refused as stale, and a
+///                  re-preview sees the new version. Only for tools with a
+///                  preview (flights.reserve, payments.charge).
 /// With @N the fault hits only the N-th call of that tool (1-based);
 /// without it, every call (fail_times: the first K).
 struct FaultRule {
   std::string tool;  ///< "flights.reserve"
-  std::string mode;  ///< "fail", "fail_times", "reject", "lose_request", ...
+  std::string mode;  ///< "fail", "fail_times", "reject", "lose_request", "reprice", ...
   int nth = 0;       ///< 0: every call
   int param = 0;     ///< K of fail_times(K), MS of delay(MS)
 };
@@ -90,7 +120,7 @@ Result<FaultRule> ParseFaultRule(const std::string& text);
 
 struct ProviderOptions {
   std::string ledger_path;  ///< created if missing
-  int latency_ms = 0;       ///< slept at the start of every call (not lookups)
+  int latency_ms = 0;       ///< slept at the start of every call (not lookups, previews)
   std::vector<FaultRule> faults;
 };
 
@@ -151,6 +181,13 @@ class Ledger {
   Result<bool> IsBarred(const std::string& provider, const std::string& key) const;
   /// Every (provider, operation, key) applied more than once.
   Result<std::vector<DuplicateEffect>> Duplicates() const;
+  /// The version of `resource` ("account/Ana", "LIS-NRT/2026-12-01") of
+  /// `provider`, as previews answer it: "v1" when it never moved.
+  Result<std::string> ResourceVersion(const std::string& provider,
+                                      const std::string& resource) const;
+  /// Moves `resource` to its next version (someone else changed it) and
+  /// answers the new one. A commit previewed at the old version is now stale.
+  Result<std::string> BumpVersion(const std::string& provider, const std::string& resource);
 
  private:
   struct Impl;  // the connection and its mutex; in providers.cc
@@ -167,7 +204,8 @@ std::string FormatCallsTable(const std::vector<LedgerCall>& calls);
 const std::vector<std::string>& TravelToolNames();
 
 /// Opens the ledger and registers the eight tools in `registry`.
-/// InvalidArgument for a fault naming an unknown tool; Unavailable/Internal
+/// InvalidArgument for a fault naming an unknown tool, or a `reprice` fault
+/// for a tool without a preview; Unavailable/Internal
 /// when the ledger cannot be opened; Conflict when a name is taken.
 Status RegisterTravelTools(ToolRegistry& registry, const ProviderOptions& options);
 

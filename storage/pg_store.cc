@@ -1,0 +1,1115 @@
+#include "storage/pg_store.h"
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <exception>
+#include <initializer_list>
+#include <mutex>
+#include <optional>
+#include <random>
+#include <set>
+#include <stdexcept>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include <pqxx/pqxx>
+
+#include "common/clock.h"
+
+namespace idem::storage {
+namespace {
+
+// ---- Schema -----------------------------------------------------------------
+//
+// kMigrations[i] takes the database from version i to version i + 1. Append
+// new scripts at the end; never edit one that has shipped. Version numbers are
+// those of SqliteStore: version N has the same tables and meaning on both.
+//
+// String columns are NOT NULL ('' for "none"); JSON columns hold canonical
+// text (CanonicalJson) or SQL NULL for a JSON null. effects.seq has no SQLite
+// counterpart: it stands in for SQLite's rowid (the commit order).
+constexpr std::array kMigrations = {
+    // 1: the initial schema.
+    R"sql(
+CREATE TABLE intents (
+  intent_key  TEXT   NOT NULL PRIMARY KEY,
+  fingerprint TEXT   NOT NULL,
+  saga_id     TEXT   NOT NULL UNIQUE,
+  created_ms  BIGINT NOT NULL
+);
+
+CREATE TABLE sagas (
+  saga_id     TEXT   NOT NULL PRIMARY KEY,
+  intent_key  TEXT   NOT NULL UNIQUE REFERENCES intents (intent_key),
+  fingerprint TEXT   NOT NULL,
+  spec_name   TEXT   NOT NULL,
+  spec        TEXT,
+  input       TEXT,
+  state       TEXT   NOT NULL,
+  reason      TEXT   NOT NULL DEFAULT '',
+  created_ms  BIGINT NOT NULL,
+  updated_ms  BIGINT NOT NULL
+);
+CREATE INDEX sagas_by_state ON sagas (state);
+
+CREATE TABLE steps (
+  saga_id          TEXT    NOT NULL REFERENCES sagas (saga_id),
+  idx              INTEGER NOT NULL,
+  step_id          TEXT    NOT NULL,
+  tool             TEXT    NOT NULL,
+  state            TEXT    NOT NULL,
+  attempt          INTEGER NOT NULL DEFAULT 0,
+  step_key         TEXT    NOT NULL UNIQUE,
+  args             TEXT,
+  args_fingerprint TEXT    NOT NULL DEFAULT '',
+  result           TEXT,
+  external_ref     TEXT    NOT NULL DEFAULT '',
+  error            TEXT    NOT NULL DEFAULT '',
+  comp_attempt     INTEGER NOT NULL DEFAULT 0,
+  comp_result      TEXT,
+  updated_ms       BIGINT  NOT NULL,
+  PRIMARY KEY (saga_id, idx)
+);
+
+CREATE FUNCTION idem_append_only() RETURNS trigger LANGUAGE plpgsql AS $fn$
+BEGIN
+  RAISE EXCEPTION '%', TG_ARGV[0] USING ERRCODE = 'restrict_violation';
+END
+$fn$;
+
+CREATE TABLE journal (
+  seq     BIGSERIAL PRIMARY KEY,
+  saga_id TEXT   NOT NULL REFERENCES sagas (saga_id),
+  step_id TEXT   NOT NULL DEFAULT '',
+  event   TEXT   NOT NULL,
+  data    TEXT,
+  at_ms   BIGINT NOT NULL
+);
+CREATE INDEX journal_by_saga ON journal (saga_id, seq);
+CREATE TRIGGER journal_no_update_or_delete BEFORE UPDATE OR DELETE ON journal
+  FOR EACH ROW EXECUTE FUNCTION idem_append_only('journal is append-only');
+CREATE TRIGGER journal_no_truncate BEFORE TRUNCATE ON journal
+  FOR EACH STATEMENT EXECUTE FUNCTION idem_append_only('journal is append-only');
+
+CREATE TABLE effects (
+  idempotency_key TEXT      NOT NULL PRIMARY KEY,
+  seq             BIGSERIAL NOT NULL UNIQUE,
+  saga_id         TEXT      NOT NULL REFERENCES sagas (saga_id),
+  step_id         TEXT      NOT NULL,
+  kind            TEXT      NOT NULL,
+  tool            TEXT      NOT NULL,
+  result          TEXT,
+  external_ref    TEXT      NOT NULL DEFAULT '',
+  at_ms           BIGINT    NOT NULL
+);
+CREATE INDEX effects_by_saga ON effects (saga_id, seq);
+CREATE TRIGGER effects_no_update_or_delete BEFORE UPDATE OR DELETE ON effects
+  FOR EACH ROW EXECUTE FUNCTION idem_append_only('effects are append-only');
+CREATE TRIGGER effects_no_truncate BEFORE TRUNCATE ON effects
+  FOR EACH STATEMENT EXECUTE FUNCTION idem_append_only('effects are append-only');
+)sql",
+    // 2: two-phase steps (preview, token, approval) and single-use tokens.
+    R"sql(
+ALTER TABLE steps ADD COLUMN phase TEXT;
+CREATE TABLE consumed_tokens (
+  nonce   TEXT   NOT NULL PRIMARY KEY,
+  saga_id TEXT   NOT NULL REFERENCES sagas (saga_id),
+  step_id TEXT   NOT NULL,
+  at_ms   BIGINT NOT NULL
+);
+)sql",
+};
+
+constexpr int kLatestVersion = static_cast<int>(kMigrations.size());
+
+// The key of the advisory lock that serialises migrations ("idem" in ASCII).
+constexpr int64_t kMigrationLockKey = 0x6964656d;
+
+// Serialization failures and deadlocks: how many times a transaction runs.
+constexpr int kMaxAttempts = 5;
+
+// ---- Statements ---------------------------------------------------------------
+//
+// Prepared on every pooled connection. Values are always bound parameters.
+
+struct Statement {
+  const char* name;
+  const char* sql;
+};
+
+constexpr Statement kSagaExists = {"saga_exists", "SELECT 1 FROM sagas WHERE saga_id = $1"};
+constexpr Statement kLockSaga = {"lock_saga", "SELECT 1 FROM sagas WHERE saga_id = $1 FOR UPDATE"};
+constexpr Statement kInsertIntent = {
+    "insert_intent",
+    "INSERT INTO intents (intent_key, fingerprint, saga_id, created_ms) VALUES ($1, $2, $3, $4)"
+    " ON CONFLICT (intent_key) DO NOTHING"};
+constexpr Statement kSelectIntent = {
+    "select_intent", "SELECT fingerprint, saga_id FROM intents WHERE intent_key = $1"};
+constexpr Statement kInsertSaga = {
+    "insert_saga",
+    "INSERT INTO sagas (saga_id, intent_key, fingerprint, spec_name, spec, input, state, reason,"
+    " created_ms, updated_ms) VALUES ($1, $2, $3, $4, $5, $6, $7, '', $8, $8)"};
+constexpr Statement kInsertStep = {
+    "insert_step",
+    "INSERT INTO steps (saga_id, idx, step_id, tool, state, attempt, step_key, updated_ms)"
+    " VALUES ($1, $2, $3, $4, $5, 0, $6, $7)"};
+constexpr Statement kInsertJournal = {
+    "insert_journal",
+    "INSERT INTO journal (saga_id, step_id, event, data, at_ms) VALUES ($1, $2, $3, $4, $5)"};
+constexpr Statement kUpdateSaga = {
+    "update_saga", "UPDATE sagas SET state = $1, reason = $2, updated_ms = $3 WHERE saga_id = $4"};
+constexpr Statement kUpsertStep = {
+    "upsert_step",
+    "INSERT INTO steps (saga_id, idx, step_id, tool, state, attempt, step_key, args,"
+    " args_fingerprint, result, external_ref, error, comp_attempt, comp_result, updated_ms,"
+    " phase) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)"
+    " ON CONFLICT (saga_id, idx) DO UPDATE SET"
+    " step_id = excluded.step_id, tool = excluded.tool, state = excluded.state,"
+    " attempt = excluded.attempt, step_key = excluded.step_key, args = excluded.args,"
+    " args_fingerprint = excluded.args_fingerprint, result = excluded.result,"
+    " external_ref = excluded.external_ref, error = excluded.error,"
+    " comp_attempt = excluded.comp_attempt, comp_result = excluded.comp_result,"
+    " updated_ms = excluded.updated_ms, phase = excluded.phase"};
+constexpr Statement kConsumeToken = {
+    "consume_token",
+    "INSERT INTO consumed_tokens (nonce, saga_id, step_id, at_ms) VALUES ($1, $2, $3, $4)"};
+constexpr Statement kInsertEffect = {
+    "insert_effect",
+    "INSERT INTO effects (idempotency_key, saga_id, step_id, kind, tool, result, external_ref,"
+    " at_ms) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)"};
+constexpr Statement kSelectSaga = {
+    "select_saga",
+    "SELECT saga_id, intent_key, spec_name, state, reason, created_ms, updated_ms, fingerprint,"
+    " spec, input FROM sagas WHERE saga_id = $1"};
+constexpr Statement kSelectSteps = {
+    "select_steps",
+    "SELECT idx, step_id, tool, state, attempt, step_key, args, args_fingerprint, result,"
+    " external_ref, error, comp_attempt, comp_result, updated_ms, phase FROM steps"
+    " WHERE saga_id = $1 ORDER BY idx"};
+constexpr Statement kSelectJournal = {
+    "select_journal",
+    "SELECT seq, step_id, event, data, at_ms FROM journal WHERE saga_id = $1 ORDER BY seq"};
+constexpr Statement kSelectEffects = {
+    "select_effects",
+    "SELECT step_id, kind, tool, idempotency_key, result, external_ref, at_ms FROM effects"
+    " WHERE saga_id = $1 ORDER BY seq"};
+
+constexpr std::array kStatements = {
+    kSagaExists,   kLockSaga,      kInsertIntent, kSelectIntent,  kInsertSaga,
+    kInsertStep,   kInsertJournal, kUpdateSaga,   kUpsertStep,    kConsumeToken,
+    kInsertEffect, kSelectSaga,    kSelectSteps,  kSelectJournal, kSelectEffects,
+};
+
+// ---- Errors -----------------------------------------------------------------
+
+// Stored data that cannot be decoded (a corrupt JSON column). Thrown inside
+// this file only and translated at the edge.
+class DataError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+std::string Quote(const std::string& s) { return "\"" + s + "\""; }
+
+bool StartsWith(const std::string& s, const char* prefix) { return s.rfind(prefix, 0) == 0; }
+
+// SQLSTATEs after which the session is gone or going: class 08 (connection
+// exception) and 57P01..57P03 (admin shutdown, crash shutdown, cannot connect).
+bool IsConnectionSqlstate(const std::string& state) {
+  return StartsWith(state, "08") || state == "57P01" || state == "57P02" || state == "57P03";
+}
+
+bool IsConnectionError(const std::exception& e) {
+  if (dynamic_cast<const pqxx::broken_connection*>(&e) != nullptr) return true;
+  if (const auto* sql = dynamic_cast<const pqxx::sql_error*>(&e)) {
+    return IsConnectionSqlstate(sql->sqlstate());
+  }
+  return false;
+}
+
+std::string OneLine(std::string s) {
+  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
+  std::replace(s.begin(), s.end(), '\n', ' ');
+  return s;
+}
+
+// Translates an exception that is not a lost connection (those are retried by
+// Run) into a Status. The one place where pqxx's exceptions become values.
+Status Translate(const std::string& op, const std::exception& e) {
+  const std::string what = OneLine(e.what());
+  if (const auto* sql = dynamic_cast<const pqxx::sql_error*>(&e)) {
+    const std::string& state = sql->sqlstate();
+    if (dynamic_cast<const pqxx::unique_violation*>(&e) != nullptr) {
+      return Status::Conflict(op + ": " + what);
+    }
+    if (StartsWith(state, "22")) {  // data exception: text PostgreSQL cannot hold
+      return Status::InvalidArgument(op + ": PostgreSQL refused a value (SQLSTATE " + state +
+                                     "): " + what);
+    }
+    if (StartsWith(state, "53") || IsConnectionSqlstate(state)) {  // disk full, out of memory, ...
+      return Status::Unavailable(op + ": PostgreSQL is unavailable (SQLSTATE " + state +
+                                 "): " + what + "; retry later");
+    }
+    return Status::Internal(op + ": PostgreSQL error (SQLSTATE " + state + "): " + what);
+  }
+  if (dynamic_cast<const pqxx::broken_connection*>(&e) != nullptr ||
+      dynamic_cast<const pqxx::in_doubt_error*>(&e) != nullptr) {
+    return Status::Unavailable(op + ": connection to PostgreSQL lost: " + what + "; retry later");
+  }
+  if (dynamic_cast<const pqxx::transaction_rollback*>(&e) != nullptr) {
+    return Status::Aborted(op + ": " + what);
+  }
+  if (dynamic_cast<const DataError*>(&e) != nullptr) return Status::Internal(op + ": " + what);
+  return Status::Internal(op + ": unexpected error: " + what);
+}
+
+// PostgreSQL text cannot hold a NUL byte, and libpq would cut the value there.
+Status CheckText(const std::string& value, const std::string& what) {
+  if (value.find('\0') == std::string::npos) return Status::Ok();
+  return Status::InvalidArgument(what + " contains a NUL byte, which PostgreSQL text cannot hold");
+}
+
+bool HasNul(const std::string& s) { return s.find('\0') != std::string::npos; }
+
+using TextField = std::pair<const std::string*, const char*>;
+
+// CheckText for each field, named `at` + its name.
+Status CheckTexts(const std::string& at, std::initializer_list<TextField> fields) {
+  for (const TextField& f : fields) IDEM_RETURN_IF_ERROR(CheckText(*f.first, at + f.second));
+  return Status::Ok();
+}
+
+// ---- Binding and reading ----------------------------------------------------
+
+// A JSON column's parameter: canonical text, or SQL NULL for a JSON null.
+class JsonParam {
+ public:
+  explicit JsonParam(const Json& value) : is_null_(value.is_null()) {
+    if (!is_null_) text_ = CanonicalJson(value);
+  }
+  /// For exec_prepared: nullptr binds SQL NULL.
+  const char* Ptr() const { return is_null_ ? nullptr : text_.c_str(); }
+
+ private:
+  bool is_null_;
+  std::string text_;
+};
+
+Json FieldJson(const pqxx::field& f, const char* column) {
+  if (f.is_null()) return {};  // JSON null
+  Json value = Json::parse(f.c_str(), nullptr, /*allow_exceptions=*/false);
+  if (value.is_discarded()) {
+    throw DataError(std::string("column ") + column + " holds invalid JSON");
+  }
+  return value;
+}
+
+std::string FieldText(const pqxx::field& f) { return f.is_null() ? std::string() : f.c_str(); }
+
+SagaSummary ReadSummary(const pqxx::row& r) {
+  SagaSummary s;
+  s.saga_id = FieldText(r[0]);
+  s.intent_key = FieldText(r[1]);
+  s.spec_name = FieldText(r[2]);
+  s.state = FieldText(r[3]);
+  s.reason = FieldText(r[4]);
+  s.created_ms = r[5].as<int64_t>();
+  s.updated_ms = r[6].as<int64_t>();
+  return s;
+}
+
+bool SagaExists(pqxx::transaction_base& tx, const std::string& saga_id) {
+  return !tx.exec_prepared(kSagaExists.name, saga_id).empty();
+}
+
+Status SagaNotFound(const std::string& saga_id) {
+  return Status::NotFound("saga " + Quote(saga_id) + " not found");
+}
+
+void InsertJournal(pqxx::transaction_base& tx, const std::string& saga_id, const JournalEntry& e) {
+  JsonParam data(e.data);
+  tx.exec_prepared(kInsertJournal.name, saga_id, e.step_id, e.event, data.Ptr(),
+                   static_cast<int64_t>(e.at_ms));
+}
+
+// ---- Connection string ----------------------------------------------------------
+
+bool IsUri(const std::string& url) {
+  return StartsWith(url, "postgresql://") || StartsWith(url, "postgres://");
+}
+
+// Adds a libpq parameter unless the string already sets it.
+void AddParam(std::string& conninfo, const std::string& key, const std::string& value) {
+  if (conninfo.find(key + "=") != std::string::npos) return;
+  if (IsUri(conninfo)) {
+    conninfo += (conninfo.find('?') == std::string::npos ? "?" : "&") + key + "=" + value;
+  } else {
+    conninfo += " " + key + "=" + value;
+  }
+}
+
+// The URL without its password, for messages.
+std::string Redacted(const std::string& url) {
+  if (!IsUri(url)) return "(connection string)";
+  size_t scheme = url.find("://") + 3;
+  size_t at = url.find('@', scheme);
+  size_t slash = url.find('/', scheme);
+  if (at == std::string::npos || (slash != std::string::npos && slash < at)) return url;
+  size_t colon = url.find(':', scheme);
+  if (colon == std::string::npos || colon > at) return url;
+  return url.substr(0, colon) + ":***" + url.substr(at);
+}
+
+Status TooNew(int version) {
+  return Status::FailedPrecondition("database schema version " + std::to_string(version) +
+                                    " is newer than this build of idem knows (" +
+                                    std::to_string(kLatestVersion) +
+                                    "); upgrade idem before opening it");
+}
+
+}  // namespace
+
+// ---- Connection pool --------------------------------------------------------------
+
+/// One server session with its prepared statements. Notices go nowhere: what
+/// matters reaches the caller as a Status.
+struct PgConnection {
+  explicit PgConnection(const std::string& conninfo) : conn(conninfo), quiet(conn) {
+    conn.set_client_encoding("UTF8");
+    for (const Statement& s : kStatements) conn.prepare(s.name, s.sql);
+    pid = conn.backendpid();
+  }
+
+  pqxx::connection conn;
+  pqxx::quiet_errorhandler quiet;  // after conn: unregisters before conn closes
+  int pid = 0;
+};
+
+/// A fixed-capacity pool: connections are made on demand up to `size`, kept
+/// idle after use, and discarded when broken. Thread-safe.
+class PgStore::Pool {
+ public:
+  Pool(std::string conninfo, std::string where, int size, int acquire_timeout_ms)
+      : conninfo_(std::move(conninfo)),
+        where_(std::move(where)),
+        size_(size),
+        acquire_timeout_ms_(acquire_timeout_ms) {}
+
+  ~Pool() = default;
+  Pool(const Pool&) = delete;
+  Pool& operator=(const Pool&) = delete;
+  Pool(Pool&&) = delete;
+  Pool& operator=(Pool&&) = delete;
+
+  /// An idle connection, or a new one if fewer than `size` are open.
+  /// kUnavailable if none frees up in time or the server cannot be reached.
+  Result<std::unique_ptr<PgConnection>> Acquire() {
+    std::unique_lock<std::mutex> lock(mu_);
+    bool ready = cv_.wait_for(lock, std::chrono::milliseconds(acquire_timeout_ms_),
+                              [&] { return !idle_.empty() || open_ < size_; });
+    if (!ready) {
+      return Status::Unavailable("no free PostgreSQL connection after " +
+                                 std::to_string(acquire_timeout_ms_) + " ms (pool_size " +
+                                 std::to_string(size_) + ")");
+    }
+    if (!idle_.empty()) {
+      std::unique_ptr<PgConnection> c = std::move(idle_.back());
+      idle_.pop_back();
+      return c;
+    }
+    ++open_;
+    lock.unlock();
+    try {
+      auto c = std::make_unique<PgConnection>(conninfo_);
+      counters.opened.fetch_add(1);
+      return c;
+    } catch (const std::exception& e) {
+      lock.lock();
+      --open_;
+      cv_.notify_one();
+      return Status::Unavailable("cannot connect to PostgreSQL at " + where_ + ": " +
+                                 OneLine(e.what()));
+    }
+  }
+
+  /// Returns a connection; a broken one is closed and its slot freed.
+  void Release(std::unique_ptr<PgConnection> c, bool broken) {
+    if (broken || !c->conn.is_open()) {
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        --open_;
+      }
+      counters.discarded.fetch_add(1);
+      cv_.notify_one();
+      c.reset();  // closes outside the lock
+      return;
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      idle_.push_back(std::move(c));
+    }
+    cv_.notify_one();
+  }
+
+  /// Closes every idle connection: after one broke (a server restart, a
+  /// failover) the others are most likely dead too.
+  void DiscardIdle() {
+    std::vector<std::unique_ptr<PgConnection>> dead;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      dead.swap(idle_);
+      open_ -= static_cast<int>(dead.size());
+    }
+    counters.discarded.fetch_add(static_cast<int64_t>(dead.size()));
+    cv_.notify_all();
+  }
+
+  const std::string& Where() const { return where_; }
+
+  /// What PgStore::Stats() reports.
+  struct Counters {
+    std::atomic<int64_t> opened{0};
+    std::atomic<int64_t> discarded{0};
+    std::atomic<int64_t> retries{0};
+    std::atomic<int64_t> in_doubt{0};
+    std::atomic<int64_t> resolved_committed{0};
+    std::atomic<int64_t> resolved_aborted{0};
+    std::atomic<int64_t> unresolved{0};
+  };
+  Counters counters;
+
+ private:
+  const std::string conninfo_;
+  const std::string where_;
+  const int size_;
+  const int acquire_timeout_ms_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<std::unique_ptr<PgConnection>> idle_;  // GUARDED_BY(mu_)
+  int open_ = 0;                                     // GUARDED_BY(mu_): idle + in use
+};
+
+namespace {
+
+/// A connection borrowed from the pool for one transaction; returned (or
+/// discarded, if marked broken) when the lease ends. Move-only.
+class Lease {
+ public:
+  Lease(PgStore::Pool* pool, std::unique_ptr<PgConnection> conn)
+      : pool_(pool), conn_(std::move(conn)) {}
+  ~Lease() { Return(); }
+  Lease(const Lease&) = delete;
+  Lease& operator=(const Lease&) = delete;
+  Lease(Lease&&) = default;
+  Lease& operator=(Lease&&) = delete;
+
+  PgConnection& operator*() { return *conn_; }
+  PgConnection* operator->() { return conn_.get(); }
+  void MarkBroken() { broken_ = true; }
+  void Return() {
+    if (conn_) pool_->Release(std::move(conn_), broken_);
+  }
+
+ private:
+  PgStore::Pool* pool_;
+  std::unique_ptr<PgConnection> conn_;
+  bool broken_ = false;
+};
+
+enum class CommitOutcome { kCommitted, kAborted, kUnknown };
+
+void SleepMs(int ms) { std::this_thread::sleep_for(std::chrono::milliseconds(ms)); }
+
+// Backoff before retrying a serialization failure or deadlock: a few ms,
+// doubling, with jitter so that the contenders do not collide again.
+void Backoff(int attempt) {
+  thread_local std::minstd_rand rng(std::random_device{}());
+  int base = 2 << std::min(attempt, 6);
+  SleepMs(base / 2 + static_cast<int>(rng() % static_cast<unsigned>(base)));
+}
+
+// What the connection that broke during COMMIT left behind: asks a new
+// connection for txid_status(txid) until it is final. A transaction still "in
+// progress" after a grace period belongs to a backend that has not noticed its
+// client is gone; it is terminated (only if it still runs that very xid) so
+// that the status becomes final.
+CommitOutcome ResolveCommit(PgStore::Pool& pool, int64_t txid, int old_pid, int timeout_ms,
+                            std::string* detail) {
+  using Clock = std::chrono::steady_clock;
+  const auto start = Clock::now();
+  const auto deadline = start + std::chrono::milliseconds(timeout_ms);
+  const auto grace = std::chrono::milliseconds(std::min(1000, timeout_ms / 4));
+  bool terminated = false;
+  for (;;) {
+    Result<std::unique_ptr<PgConnection>> acquired = pool.Acquire();
+    if (!acquired.ok()) {
+      *detail = acquired.status().message();
+    } else {
+      Lease c(&pool, std::move(acquired).value());
+      try {
+        pqxx::work tx(c->conn);
+        pqxx::result r = tx.exec_params("SELECT txid_status($1)", txid);
+        if (r.empty() || r[0][0].is_null()) {
+          *detail = "txid_status(" + std::to_string(txid) + ") is NULL (transaction too old)";
+          return CommitOutcome::kUnknown;
+        }
+        const std::string status = r[0][0].c_str();
+        if (status == "committed") return CommitOutcome::kCommitted;
+        if (status == "aborted") return CommitOutcome::kAborted;
+        *detail = "txid_status(" + std::to_string(txid) + ") is " + Quote(status);
+        if (!terminated && Clock::now() - start >= grace) {
+          // backend_xid is the 32-bit xid; txid_current() adds the epoch above it.
+          tx.exec_params(
+              "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+              " WHERE pid = $1 AND backend_xid IS NOT NULL"
+              " AND backend_xid::text::bigint = $2",
+              old_pid, txid & 0xffffffffLL);
+          terminated = true;
+        }
+        tx.commit();
+      } catch (const std::exception& e) {
+        c.MarkBroken();
+        *detail = OneLine(e.what());
+      }
+    }
+    if (Clock::now() >= deadline) return CommitOutcome::kUnknown;
+    SleepMs(50);
+  }
+}
+
+}  // namespace
+
+// ---- Transactions ------------------------------------------------------------------
+
+// Runs `body(tx)` in one transaction on a pooled connection and commits it if
+// the body returned OK; any other return or throw rolls it back (pqxx's
+// transactions abort in their destructor). Retries, each from the start on a
+// new transaction:
+//  - serialization failure / deadlock: up to kMaxAttempts runs, then kAborted;
+//  - lost connection before COMMIT: once, on a new connection;
+//  - lost connection during COMMIT: the outcome is looked up (ResolveCommit);
+//    committed -> the body's result; aborted -> once, like a lost connection.
+template <typename T, typename Body>
+Result<T> PgStore::Run(const std::string& op, bool write, Body&& body) {
+  enum class Next { kRetryContention, kRetryBroken, kResolve };
+  bool retried_broken = false;
+  for (int attempt = 1;; ++attempt) {
+    Next next = Next::kRetryBroken;
+    Status failure;
+    std::optional<Result<T>> pending;  // the body's result while COMMIT is in doubt
+    int64_t txid = 0;
+    int pid = 0;
+    {
+      Result<std::unique_ptr<PgConnection>> acquired = pool_->Acquire();
+      if (!acquired.ok()) {
+        return Status(acquired.status().code(), op + ": " + acquired.status().message());
+      }
+      Lease c(pool_.get(), std::move(acquired).value());
+      pid = c->pid;
+      try {
+        if (write) {
+          pqxx::work tx(c->conn);
+          Result<T> r = body(tx);
+          if (!r.ok()) return r;
+          txid = tx.exec1("SELECT txid_current()")[0].as<int64_t>();
+          if (options_.before_commit_hook) options_.before_commit_hook(pid);
+          try {
+            tx.commit();
+            return r;
+          } catch (const std::exception& e) {
+            // With the connection still up the server said no: not committed,
+            // handled below like any error. Without it, nobody knows.
+            if (c->conn.is_open() && dynamic_cast<const pqxx::in_doubt_error*>(&e) == nullptr) {
+              throw;
+            }
+            failure = Status::Unavailable(op + ": connection to PostgreSQL at " + pool_->Where() +
+                                          " lost while COMMIT was in flight");
+            pending.emplace(std::move(r));
+            next = Next::kResolve;
+          }
+        } else {
+          pqxx::transaction<pqxx::repeatable_read, pqxx::read_only> tx(c->conn);
+          Result<T> r = body(tx);
+          if (!r.ok()) return r;
+          tx.commit();
+          return r;
+        }
+      } catch (const std::exception& e) {
+        if (!c->conn.is_open() || IsConnectionError(e)) {
+          next = Next::kRetryBroken;
+          failure = Status::Unavailable(op + ": connection to PostgreSQL at " + pool_->Where() +
+                                        " lost: " + OneLine(e.what()) + "; retry later");
+        } else if (dynamic_cast<const pqxx::transaction_rollback*>(&e) != nullptr) {
+          next = Next::kRetryContention;
+          failure = Translate(op, e);
+        } else {
+          return Translate(op, e);
+        }
+      }
+      if (next != Next::kRetryContention) c.MarkBroken();
+    }  // the connection goes back to the pool (or away) here
+
+    switch (next) {
+      case Next::kRetryContention:
+        if (attempt >= kMaxAttempts) {
+          return Status(Code::kAborted,
+                        failure.message() + " (after " + std::to_string(attempt) + " attempts)");
+        }
+        pool_->counters.retries.fetch_add(1);
+        Backoff(attempt);
+        continue;
+      case Next::kRetryBroken:
+        pool_->DiscardIdle();
+        if (retried_broken || attempt > kMaxAttempts) return failure;
+        retried_broken = true;
+        pool_->counters.retries.fetch_add(1);
+        continue;
+      case Next::kResolve: {
+        pool_->DiscardIdle();
+        pool_->counters.in_doubt.fetch_add(1);
+        std::string detail;
+        CommitOutcome outcome =
+            ResolveCommit(*pool_, txid, pid, options_.resolve_timeout_ms, &detail);
+        if (outcome == CommitOutcome::kCommitted) {
+          pool_->counters.resolved_committed.fetch_add(1);
+          return std::move(*pending);
+        }
+        if (outcome == CommitOutcome::kAborted) {
+          pool_->counters.resolved_aborted.fetch_add(1);
+          if (retried_broken || attempt > kMaxAttempts) {
+            return Status::Unavailable(failure.message() + "; txid " + std::to_string(txid) +
+                                       " was rolled back and nothing was written; retry later");
+          }
+          retried_broken = true;
+          pool_->counters.retries.fetch_add(1);
+          continue;
+        }
+        pool_->counters.unresolved.fetch_add(1);
+        return Status::Unavailable(failure.message() + "; the outcome of txid " +
+                                   std::to_string(txid) + " is unknown (" + detail +
+                                   "): the write may or may not have happened");
+      }
+    }
+  }
+}
+
+// ---- Open -------------------------------------------------------------------------
+
+int PgStore::LatestSchemaVersion() { return kLatestVersion; }
+
+PgStore::PgStore(PgOptions options, std::unique_ptr<Pool> pool, int schema_version)
+    : options_(std::move(options)), pool_(std::move(pool)), schema_version_(schema_version) {}
+
+PgStore::~PgStore() = default;
+
+namespace {
+
+// Applies pending migrations, each in its own transaction holding the
+// migration lock and re-reading the version, so that concurrent openers apply
+// each script exactly once. Returns the resulting version.
+Result<int> Migrate(pqxx::connection& conn) {
+  for (;;) {
+    pqxx::work tx(conn);
+    tx.exec_params("SELECT pg_advisory_xact_lock($1)", kMigrationLockKey);
+    if (tx.exec("SELECT to_regclass('schema_migrations') IS NULL")[0][0].as<bool>()) {
+      tx.exec(
+          "CREATE TABLE schema_migrations ("
+          " version INTEGER PRIMARY KEY,"
+          " applied_at BIGINT NOT NULL)");
+    }
+    int version =
+        tx.exec("SELECT COALESCE(MAX(version), 0) FROM schema_migrations")[0][0].as<int>();
+    if (version > kLatestVersion) return TooNew(version);
+    if (version == kLatestVersion) {
+      tx.commit();
+      return version;
+    }
+    tx.exec(kMigrations[version]);
+    tx.exec_params("INSERT INTO schema_migrations (version, applied_at) VALUES ($1, $2)",
+                   version + 1, static_cast<int64_t>(SystemClock::Get()->NowMs()));
+    tx.commit();
+  }
+}
+
+}  // namespace
+
+Result<std::unique_ptr<PgStore>> PgStore::Open(const PgOptions& options) {
+  if (options.url.empty()) return Status::InvalidArgument("PostgreSQL store: the URL is empty");
+  if (HasNul(options.url)) {
+    return Status::InvalidArgument("PostgreSQL store: the URL contains a NUL byte");
+  }
+  if (options.pool_size < 1) {
+    return Status::InvalidArgument("PostgreSQL store: pool_size must be >= 1, got " +
+                                   std::to_string(options.pool_size));
+  }
+  if (options.connect_timeout_s < 1) {
+    // libpq reads 0 as "wait forever".
+    return Status::InvalidArgument("PostgreSQL store: connect_timeout_s must be >= 1, got " +
+                                   std::to_string(options.connect_timeout_s));
+  }
+  if (options.acquire_timeout_ms < 0 || options.resolve_timeout_ms < 0) {
+    return Status::InvalidArgument(
+        "PostgreSQL store: acquire_timeout_ms and resolve_timeout_ms must be >= 0");
+  }
+  std::string conninfo = options.url;
+  AddParam(conninfo, "connect_timeout", std::to_string(options.connect_timeout_s));
+  AddParam(conninfo, "fallback_application_name", "idem");
+  const std::string where = Redacted(options.url);
+  const std::string op = "open PostgreSQL store at " + where;
+
+  auto pool =
+      std::make_unique<Pool>(conninfo, where, options.pool_size, options.acquire_timeout_ms);
+  Result<int> version = Status::Internal("not migrated");
+  {
+    Result<std::unique_ptr<PgConnection>> acquired = pool->Acquire();
+    if (!acquired.ok()) {
+      return Status(acquired.status().code(), op + ": " + acquired.status().message());
+    }
+    Lease c(pool.get(), std::move(acquired).value());
+    try {
+      version = Migrate(c->conn);
+    } catch (const std::exception& e) {
+      c.MarkBroken();
+      if (!c->conn.is_open() || IsConnectionError(e)) {
+        return Status::Unavailable(op + ": connection lost: " + OneLine(e.what()));
+      }
+      return Translate(op, e);
+    }
+  }
+  if (!version.ok()) return Status(version.status().code(), op + ": " + version.status().message());
+  return std::unique_ptr<PgStore>(new PgStore(options, std::move(pool), *version));
+}
+
+int PgStore::SchemaVersion() { return schema_version_; }
+
+PgStats PgStore::Stats() const {
+  PgStats s;
+  s.connections_opened = pool_->counters.opened.load();
+  s.connections_discarded = pool_->counters.discarded.load();
+  s.retries = pool_->counters.retries.load();
+  s.commits_in_doubt = pool_->counters.in_doubt.load();
+  s.resolved_committed = pool_->counters.resolved_committed.load();
+  s.resolved_aborted = pool_->counters.resolved_aborted.load();
+  s.unresolved = pool_->counters.unresolved.load();
+  return s;
+}
+
+// ---- Writes -----------------------------------------------------------------
+
+Result<CreateOutcome> PgStore::CreateIntent(const NewSaga& saga) {
+  if (saga.saga_id.empty()) return Status::InvalidArgument("CreateIntent: saga_id is empty");
+  if (saga.intent_key.empty()) return Status::InvalidArgument("CreateIntent: intent_key is empty");
+  std::set<int> indexes;
+  for (size_t i = 0; i < saga.steps.size(); ++i) {
+    if (!indexes.insert(saga.steps[i].index).second) {
+      return Status::InvalidArgument("CreateIntent: steps[" + std::to_string(i) + "]: index " +
+                                     std::to_string(saga.steps[i].index) + " is used twice");
+    }
+  }
+  for (size_t i = 0; i < saga.journal.size(); ++i) {
+    const std::string& id = saga.journal[i].saga_id;
+    if (!id.empty() && id != saga.saga_id) {
+      return Status::InvalidArgument("CreateIntent: journal[" + std::to_string(i) + "]: saga_id " +
+                                     Quote(id) + " is not " + Quote(saga.saga_id));
+    }
+  }
+  IDEM_RETURN_IF_ERROR(CheckText(saga.saga_id, "CreateIntent: saga_id"));
+  IDEM_RETURN_IF_ERROR(CheckText(saga.intent_key, "CreateIntent: intent_key"));
+  IDEM_RETURN_IF_ERROR(CheckText(saga.fingerprint, "CreateIntent: fingerprint"));
+  IDEM_RETURN_IF_ERROR(CheckText(saga.spec_name, "CreateIntent: spec_name"));
+  IDEM_RETURN_IF_ERROR(CheckText(saga.state, "CreateIntent: state"));
+  for (size_t i = 0; i < saga.steps.size(); ++i) {
+    const NewStep& s = saga.steps[i];
+    IDEM_RETURN_IF_ERROR(
+        CheckTexts("CreateIntent: steps[" + std::to_string(i) + "].", {{&s.step_id, "step_id"},
+                                                                       {&s.tool, "tool"},
+                                                                       {&s.step_key, "step_key"},
+                                                                       {&s.state, "state"}}));
+  }
+  for (size_t i = 0; i < saga.journal.size(); ++i) {
+    const std::string at = "CreateIntent: journal[" + std::to_string(i) + "].";
+    IDEM_RETURN_IF_ERROR(CheckText(saga.journal[i].step_id, at + "step_id"));
+    IDEM_RETURN_IF_ERROR(CheckText(saga.journal[i].event, at + "event"));
+  }
+
+  const std::string op = "CreateIntent " + Quote(saga.intent_key);
+  return Run<CreateOutcome>(
+      op, /*write=*/true, [&](pqxx::transaction_base& tx) -> Result<CreateOutcome> {
+        const JsonParam spec(saga.spec);
+        const JsonParam input(saga.input);
+        // Race-free across processes: of concurrent inserts of one key, one wins;
+        // the others wait for it and then see its committed row.
+        pqxx::result ins;
+        try {
+          ins = tx.exec_prepared(kInsertIntent.name, saga.intent_key, saga.fingerprint,
+                                 saga.saga_id, static_cast<int64_t>(saga.created_ms));
+        } catch (const pqxx::unique_violation& e) {
+          return Status::Conflict("saga id " + Quote(saga.saga_id) + " is already in use (" +
+                                  OneLine(e.what()) + ")");
+        }
+        if (ins.affected_rows() == 0) {
+          pqxx::result q = tx.exec_prepared(kSelectIntent.name, saga.intent_key);
+          if (q.empty()) {
+            return Status::Internal("intent key " + Quote(saga.intent_key) +
+                                    " conflicted on insert but cannot be read back");
+          }
+          std::string fingerprint = FieldText(q[0][0]);
+          std::string existing = FieldText(q[0][1]);
+          if (fingerprint == saga.fingerprint) return CreateOutcome{existing, false};
+          return Status::Conflict("intent key " + Quote(saga.intent_key) +
+                                  " was already submitted with other content (saga " +
+                                  Quote(existing) + ", fingerprint " + fingerprint + ")");
+        }
+        tx.exec_prepared(kInsertSaga.name, saga.saga_id, saga.intent_key, saga.fingerprint,
+                         saga.spec_name, spec.Ptr(), input.Ptr(), saga.state,
+                         static_cast<int64_t>(saga.created_ms));
+        for (const NewStep& step : saga.steps) {
+          try {
+            tx.exec_prepared(kInsertStep.name, saga.saga_id, step.index, step.step_id, step.tool,
+                             step.state, step.step_key, static_cast<int64_t>(saga.created_ms));
+          } catch (const pqxx::unique_violation& e) {
+            return Status::Conflict("step key " + Quote(step.step_key) + " of step " +
+                                    Quote(step.step_id) + " is already in use (" +
+                                    OneLine(e.what()) + ")");
+          }
+        }
+        for (const JournalEntry& e : saga.journal) InsertJournal(tx, saga.saga_id, e);
+        return CreateOutcome{saga.saga_id, true};
+      });
+}
+
+Status PgStore::Commit(const WriteBatch& batch) {
+  if (batch.saga_id.empty()) return Status::InvalidArgument("Commit: saga_id is empty");
+  auto check_owner = [&](const std::string& id, const char* what, size_t i) -> Status {
+    if (id.empty() || id == batch.saga_id) return Status::Ok();
+    return Status::InvalidArgument("Commit: " + std::string(what) + "[" + std::to_string(i) +
+                                   "]: saga_id " + Quote(id) + " is not the batch's " +
+                                   Quote(batch.saga_id));
+  };
+  for (size_t i = 0; i < batch.steps.size(); ++i) {
+    IDEM_RETURN_IF_ERROR(check_owner(batch.steps[i].saga_id, "steps", i));
+  }
+  for (size_t i = 0; i < batch.journal.size(); ++i) {
+    IDEM_RETURN_IF_ERROR(check_owner(batch.journal[i].saga_id, "journal", i));
+  }
+  for (size_t i = 0; i < batch.effects.size(); ++i) {
+    IDEM_RETURN_IF_ERROR(check_owner(batch.effects[i].saga_id, "effects", i));
+  }
+  IDEM_RETURN_IF_ERROR(CheckText(batch.saga_id, "Commit: saga_id"));
+  if (batch.saga_state) IDEM_RETURN_IF_ERROR(CheckText(*batch.saga_state, "Commit: saga_state"));
+  IDEM_RETURN_IF_ERROR(CheckText(batch.saga_reason, "Commit: saga_reason"));
+  IDEM_RETURN_IF_ERROR(CheckText(batch.consume_token, "Commit: consume_token"));
+  IDEM_RETURN_IF_ERROR(CheckText(batch.consume_token_step, "Commit: consume_token_step"));
+  for (size_t i = 0; i < batch.steps.size(); ++i) {
+    const StepRecord& s = batch.steps[i];
+    IDEM_RETURN_IF_ERROR(CheckTexts("Commit: steps[" + std::to_string(i) + "].",
+                                    {{&s.step_id, "step_id"},
+                                     {&s.tool, "tool"},
+                                     {&s.state, "state"},
+                                     {&s.step_key, "step_key"},
+                                     {&s.args_fingerprint, "args_fingerprint"},
+                                     {&s.external_ref, "external_ref"},
+                                     {&s.error, "error"}}));
+  }
+  for (size_t i = 0; i < batch.journal.size(); ++i) {
+    const std::string at = "Commit: journal[" + std::to_string(i) + "].";
+    IDEM_RETURN_IF_ERROR(CheckText(batch.journal[i].step_id, at + "step_id"));
+    IDEM_RETURN_IF_ERROR(CheckText(batch.journal[i].event, at + "event"));
+  }
+  for (size_t i = 0; i < batch.effects.size(); ++i) {
+    const EffectRecord& f = batch.effects[i];
+    IDEM_RETURN_IF_ERROR(CheckTexts("Commit: effects[" + std::to_string(i) + "].",
+                                    {{&f.step_id, "step_id"},
+                                     {&f.kind, "kind"},
+                                     {&f.tool, "tool"},
+                                     {&f.idempotency_key, "idempotency_key"},
+                                     {&f.external_ref, "external_ref"}}));
+  }
+
+  int64_t updated_ms = 0;
+  for (const JournalEntry& e : batch.journal) updated_ms = std::max(updated_ms, e.at_ms);
+  if (batch.saga_state.has_value() && updated_ms <= 0) updated_ms = SystemClock::Get()->NowMs();
+  const int64_t consumed_ms = batch.consume_token.empty() ? 0 : SystemClock::Get()->NowMs();
+
+  const std::string op = "Commit to saga " + Quote(batch.saga_id);
+  Result<bool> done =
+      Run<bool>(op, /*write=*/true, [&](pqxx::transaction_base& tx) -> Result<bool> {
+        // The saga's row lock serialises commits to one saga, as SQLite's write
+        // lock does: its journal seq order is its commit order.
+        if (tx.exec_prepared(kLockSaga.name, batch.saga_id).empty()) {
+          return SagaNotFound(batch.saga_id);
+        }
+        if (batch.saga_state.has_value()) {
+          tx.exec_prepared(kUpdateSaga.name, *batch.saga_state, batch.saga_reason, updated_ms,
+                           batch.saga_id);
+        }
+        for (const StepRecord& s : batch.steps) {
+          JsonParam args(s.args);
+          JsonParam result(s.result);
+          JsonParam comp_result(s.comp_result);
+          JsonParam phase(s.phase);
+          try {
+            tx.exec_prepared(kUpsertStep.name, batch.saga_id, s.index, s.step_id, s.tool, s.state,
+                             s.attempt, s.step_key, args.Ptr(), s.args_fingerprint, result.Ptr(),
+                             s.external_ref, s.error, s.comp_attempt, comp_result.Ptr(),
+                             static_cast<int64_t>(s.updated_ms), phase.Ptr());
+          } catch (const pqxx::unique_violation& e) {
+            return Status::Conflict("step key " + Quote(s.step_key) + " of step " +
+                                    Quote(s.step_id) + " is used by another step (" +
+                                    OneLine(e.what()) + ")");
+          }
+        }
+        for (const JournalEntry& e : batch.journal) InsertJournal(tx, batch.saga_id, e);
+        if (!batch.consume_token.empty()) {
+          try {
+            tx.exec_prepared(kConsumeToken.name, batch.consume_token, batch.saga_id,
+                             batch.consume_token_step, consumed_ms);
+          } catch (const pqxx::unique_violation&) {
+            return Status::Conflict("commit token already used; nothing of the batch was written");
+          }
+        }
+        for (const EffectRecord& f : batch.effects) {
+          JsonParam result(f.result);
+          try {
+            tx.exec_prepared(kInsertEffect.name, f.idempotency_key, batch.saga_id, f.step_id,
+                             f.kind, f.tool, result.Ptr(), f.external_ref,
+                             static_cast<int64_t>(f.at_ms));
+          } catch (const pqxx::unique_violation&) {
+            return Status::Conflict("effect idempotency key " + Quote(f.idempotency_key) +
+                                    " is already recorded; nothing of the batch was written");
+          }
+        }
+        return true;
+      });
+  return done.status();
+}
+
+// ---- Reads ------------------------------------------------------------------
+//
+// Each read runs in one REPEATABLE READ snapshot, so that a saga and its steps
+// come from the same commit.
+
+Result<SagaRecord> PgStore::LoadSaga(const std::string& saga_id) {
+  if (HasNul(saga_id)) return SagaNotFound(saga_id);  // cannot be stored
+  return Run<SagaRecord>("LoadSaga " + Quote(saga_id), /*write=*/false,
+                         [&](pqxx::transaction_base& tx) -> Result<SagaRecord> {
+                           SagaRecord rec;
+                           pqxx::result q = tx.exec_prepared(kSelectSaga.name, saga_id);
+                           if (q.empty()) return SagaNotFound(saga_id);
+                           rec.summary = ReadSummary(q[0]);
+                           rec.fingerprint = FieldText(q[0][7]);
+                           rec.spec = FieldJson(q[0][8], "sagas.spec");
+                           rec.input = FieldJson(q[0][9], "sagas.input");
+                           for (const pqxx::row& r : tx.exec_prepared(kSelectSteps.name, saga_id)) {
+                             StepRecord s;
+                             s.saga_id = saga_id;
+                             s.index = r[0].as<int>();
+                             s.step_id = FieldText(r[1]);
+                             s.tool = FieldText(r[2]);
+                             s.state = FieldText(r[3]);
+                             s.attempt = r[4].as<int>();
+                             s.step_key = FieldText(r[5]);
+                             s.args = FieldJson(r[6], "steps.args");
+                             s.args_fingerprint = FieldText(r[7]);
+                             s.result = FieldJson(r[8], "steps.result");
+                             s.external_ref = FieldText(r[9]);
+                             s.error = FieldText(r[10]);
+                             s.comp_attempt = r[11].as<int>();
+                             s.comp_result = FieldJson(r[12], "steps.comp_result");
+                             s.updated_ms = r[13].as<int64_t>();
+                             s.phase = FieldJson(r[14], "steps.phase");
+                             rec.steps.push_back(std::move(s));
+                           }
+                           return rec;
+                         });
+}
+
+Result<std::vector<SagaSummary>> PgStore::ListSagas(const SagaFilter& filter) {
+  if (filter.limit <= 0) {
+    return Status::InvalidArgument("ListSagas: limit must be positive, got " +
+                                   std::to_string(filter.limit));
+  }
+  // A state with a NUL byte cannot be stored, so it matches nothing.
+  std::vector<std::string> states;
+  for (const std::string& s : filter.states) {
+    if (!HasNul(s)) states.push_back(s);
+  }
+  if (!filter.states.empty() && states.empty()) return std::vector<SagaSummary>{};
+
+  // Only placeholders are appended, one per state; the values are bound.
+  std::string sql =
+      "SELECT saga_id, intent_key, spec_name, state, reason, created_ms, updated_ms FROM sagas";
+  int n = 0;
+  if (!states.empty()) {
+    sql += " WHERE state IN (";
+    for (size_t i = 0; i < states.size(); ++i) {
+      sql += (i == 0 ? "$" : ", $") + std::to_string(++n);
+    }
+    sql += ")";
+  }
+  // COLLATE "C": ties broken by the bytes of the id, as in SQLite.
+  sql += " ORDER BY created_ms DESC, saga_id COLLATE \"C\" ASC LIMIT $" + std::to_string(n + 1);
+
+  return Run<std::vector<SagaSummary>>(
+      "ListSagas", /*write=*/false,
+      [&](pqxx::transaction_base& tx) -> Result<std::vector<SagaSummary>> {
+        std::vector<SagaSummary> out;
+        for (const pqxx::row& r :
+             tx.exec_params(sql, pqxx::prepare::make_dynamic_params(states), filter.limit)) {
+          out.push_back(ReadSummary(r));
+        }
+        return out;
+      });
+}
+
+Result<std::vector<JournalEntry>> PgStore::ReadJournal(const std::string& saga_id) {
+  if (HasNul(saga_id)) return SagaNotFound(saga_id);
+  return Run<std::vector<JournalEntry>>(
+      "ReadJournal " + Quote(saga_id), /*write=*/false,
+      [&](pqxx::transaction_base& tx) -> Result<std::vector<JournalEntry>> {
+        if (!SagaExists(tx, saga_id)) return SagaNotFound(saga_id);
+        std::vector<JournalEntry> out;
+        for (const pqxx::row& r : tx.exec_prepared(kSelectJournal.name, saga_id)) {
+          JournalEntry e;
+          e.seq = r[0].as<int64_t>();
+          e.saga_id = saga_id;
+          e.step_id = FieldText(r[1]);
+          e.event = FieldText(r[2]);
+          e.data = FieldJson(r[3], "journal.data");
+          e.at_ms = r[4].as<int64_t>();
+          out.push_back(std::move(e));
+        }
+        return out;
+      });
+}
+
+Result<std::vector<EffectRecord>> PgStore::ListEffects(const std::string& saga_id) {
+  if (HasNul(saga_id)) return SagaNotFound(saga_id);
+  return Run<std::vector<EffectRecord>>(
+      "ListEffects " + Quote(saga_id), /*write=*/false,
+      [&](pqxx::transaction_base& tx) -> Result<std::vector<EffectRecord>> {
+        if (!SagaExists(tx, saga_id)) return SagaNotFound(saga_id);
+        std::vector<EffectRecord> out;
+        // Commits to one saga are serialised by its row lock, so seq order is
+        // commit order.
+        for (const pqxx::row& r : tx.exec_prepared(kSelectEffects.name, saga_id)) {
+          EffectRecord f;
+          f.saga_id = saga_id;
+          f.step_id = FieldText(r[0]);
+          f.kind = FieldText(r[1]);
+          f.tool = FieldText(r[2]);
+          f.idempotency_key = FieldText(r[3]);
+          f.result = FieldJson(r[4], "effects.result");
+          f.external_ref = FieldText(r[5]);
+          f.at_ms = r[6].as<int64_t>();
+          out.push_back(std::move(f));
+        }
+        return out;
+      });
+}
+
+}  // namespace idem::storage

@@ -1,0 +1,125 @@
+#pragma once
+// PgStore: the Store on a PostgreSQL server (libpqxx 6.4).
+//
+// Semantics: those of SqliteStore, table for table (intents, sagas, steps,
+// journal, effects) and error for error, checked by the same conformance suite
+// (tests/store_conformance.h). JSON columns hold canonical text (CanonicalJson)
+// or SQL NULL for a JSON null, so values round-trip exactly. The journal and
+// effects tables are append-only: triggers reject UPDATE, DELETE and TRUNCATE.
+//
+// Durability: a Commit that returned OK was committed by the server, which the
+// deployment runs with synchronous_commit = on.
+//
+// Schema: versioned migrations recorded in `schema_migrations`, each applied in
+// its own transaction under pg_advisory_xact_lock, so that processes opening a
+// fresh database at once apply each script exactly once. A database whose
+// version is newer than this build knows is refused (kFailedPrecondition).
+//
+// Transactions: every Store method is one transaction on one pooled connection,
+// with bound parameters only. Writes run at READ COMMITTED and lock the saga's
+// row (commits to one saga are serialised, so its journal `seq` order is its
+// commit order); reads run in a REPEATABLE READ READ ONLY snapshot.
+// Serialization failures and deadlocks are retried (bounded), then kAborted.
+//
+// Lost connections: a connection that broke is discarded together with the
+// idle ones (after a server restart they are all dead) and the transaction is
+// retried once on a new connection; it had not committed, so nothing is
+// written twice. If the connection breaks while COMMIT is in flight the outcome
+// is unknown: the store had read txid_current() before COMMIT and asks a new
+// connection txid_status(txid). "committed": the call succeeds. "aborted": the
+// transaction is retried once. Still "in progress" (the old backend has not
+// noticed yet): that backend is terminated, guarded by its xid, and the status
+// asked again. Unresolvable: kUnavailable, and the caller must treat the write
+// as possibly done (it is safe to repeat: intents are idempotent and effect
+// keys unique).
+//
+// Thread safety: every method may be called from several threads at once; each
+// call holds one connection of the pool (at most `pool_size`, made lazily) and
+// waits up to `acquire_timeout_ms` for one, then kUnavailable.
+//
+// Errors: as in store.h. Unreachable server, lost connection, unknown commit
+// outcome, pool exhausted, disk full: kUnavailable. Serialization failure or
+// deadlock after the retries: kAborted. Text PostgreSQL cannot store (a NUL
+// byte, invalid UTF-8): kInvalidArgument. Other server errors: kInternal with
+// the SQLSTATE. No exception leaves a method of this class.
+//
+// @warning Never build SQL text from values: every value is a bound parameter.
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "storage/store.h"
+
+namespace idem::storage {
+
+struct PgOptions {
+  /// libpq connection URI, e.g. postgresql://user@host:5432/dbname.
+  std::string url;
+  /// Most connections the store opens at once (made lazily).
+  int pool_size = 8;
+  /// libpq connect_timeout, unless the URL sets one.
+  int connect_timeout_s = 5;
+  /// How long a call waits for a free connection before kUnavailable.
+  int acquire_timeout_ms = 30000;
+  /// How long an unknown COMMIT outcome is looked up before kUnavailable.
+  int resolve_timeout_ms = 10000;
+  /// Tests only: called in every write transaction after txid_current() was
+  /// read and right before COMMIT is sent, with the backend pid of the
+  /// transaction's connection (e.g. to pg_terminate_backend it).
+  std::function<void(int backend_pid)> before_commit_hook;
+};
+
+/// Counters of the recovery paths, for tests and diagnostics.
+struct PgStats {
+  int64_t connections_opened = 0;
+  int64_t connections_discarded = 0;  ///< broken ones, and idle ones dropped with them
+  int64_t retries = 0;                ///< transactions run again
+  int64_t commits_in_doubt = 0;       ///< the connection broke during COMMIT
+  int64_t resolved_committed = 0;
+  int64_t resolved_aborted = 0;
+  int64_t unresolved = 0;  ///< still unknown after resolve_timeout_ms
+};
+
+class PgStore : public Store {
+ public:
+  /// Connects, checks the server and applies pending migrations.
+  /// kInvalidArgument: bad options. kUnavailable: the server cannot be reached.
+  /// kFailedPrecondition: the schema is newer than this build.
+  static Result<std::unique_ptr<PgStore>> Open(const PgOptions& options);
+
+  /// The schema version this build migrates databases to.
+  static int LatestSchemaVersion();
+
+  ~PgStore() override;
+  PgStore(const PgStore&) = delete;
+  PgStore& operator=(const PgStore&) = delete;
+  PgStore(PgStore&&) = delete;
+  PgStore& operator=(PgStore&&) = delete;
+
+  Result<CreateOutcome> CreateIntent(const NewSaga& saga) override;
+  Result<SagaRecord> LoadSaga(const std::string& saga_id) override;
+  Status Commit(const WriteBatch& batch) override;
+  Result<std::vector<SagaSummary>> ListSagas(const SagaFilter& filter) override;
+  Result<std::vector<JournalEntry>> ReadJournal(const std::string& saga_id) override;
+  Result<std::vector<EffectRecord>> ListEffects(const std::string& saga_id) override;
+  int SchemaVersion() override;
+
+  /// A snapshot of the recovery counters.
+  PgStats Stats() const;
+
+  class Pool;  ///< internal: the connection pool, defined in pg_store.cc
+
+ private:
+  PgStore(PgOptions options, std::unique_ptr<Pool> pool, int schema_version);
+
+  template <typename T, typename Body>
+  Result<T> Run(const std::string& op, bool write, Body&& body);
+
+  const PgOptions options_;
+  std::unique_ptr<Pool> pool_;
+  const int schema_version_;
+};
+
+}  // namespace idem::storage
