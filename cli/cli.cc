@@ -1,9 +1,11 @@
 #include "cli/cli.h"
 
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
+#include <mutex>
 #include <sstream>
 
 #include "preview_commit/token.h"
@@ -14,6 +16,7 @@
 
 #include "common/failpoint.h"
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/file.h>
 #include <unistd.h>
 
@@ -90,6 +93,15 @@ void PrintTimelineLine(const storage::JournalEntry& e) {
     if (d.contains("error")) add(d["error"].get<std::string>());
     if (d.contains("reason") && d["reason"].is_string()) add(d["reason"].get<std::string>());
     if (d.contains("intent_key")) add("intent " + d["intent_key"].get<std::string>());
+    if (d.contains("summary") && d["summary"].is_string()) add(d["summary"].get<std::string>());
+    if (d.contains("expires_at") && d["expires_at"].is_string()) {
+      add("until " + d["expires_at"].get<std::string>());
+    }
+    if (d.contains("by") && d["by"].is_string()) add("by " + d["by"].get<std::string>());
+    if (d.contains("note") && d["note"].is_string() && !d["note"].get<std::string>().empty()) {
+      add("\"" + d["note"].get<std::string>() + "\"");
+    }
+    if (d.contains("approved_by")) add("approved by " + d["approved_by"].get<std::string>());
   }
   std::string who = e.step_id.empty() ? "(saga)" : e.step_id;
   std::printf("  %s  %s%s%s\n", time.c_str(), Pad(who, 18).c_str(), Pad(e.event, 24).c_str(),
@@ -204,7 +216,13 @@ struct Options {
   std::string keys_path;
   std::string keys_action;
   std::string key_id;
+  std::string owner;
+  int64_t lease_ms = 30'000;
+  int64_t poll_ms = 100;
 };
+
+std::atomic<bool> g_stop{false};
+extern "C" void OnStopSignal(int) { g_stop.store(true); }
 
 Result<Json> ReadInput(const std::string& text) {
   if (text.empty()) return Json::object();
@@ -214,6 +232,13 @@ Result<Json> ReadInput(const std::string& text) {
     return ParseJson(*body, "--input " + text);
   }
   return ParseJson(text, "--input");
+}
+
+// The store this process was pointed at (set once, after parsing).
+std::string g_store_locator;
+
+bool IsPostgres(const std::string& locator) {
+  return locator.rfind("postgresql://", 0) == 0 || locator.rfind("postgres://", 0) == 0;
 }
 
 // The commit-token keys, loaded (or created, mode 0600) on first use.
@@ -241,6 +266,9 @@ class Keys {
 
 EngineOptions LiveEngineOptions(bool live, const preview_commit::TokenSigner* signer) {
   EngineOptions eo;
+  // The embedded store has one driving process (DriverLock); PostgreSQL
+  // shares sagas between processes through leases.
+  eo.use_leases = IsPostgres(g_store_locator);
   if (live) eo.observer = PrintTimelineLine;
   eo.signer = signer;
   return eo;
@@ -256,22 +284,34 @@ int CmdValidate(const Options& o, const ToolRegistry& tools) {
   return kExitOk;
 }
 
+// Reads SPEC and --input, then records the intent (idempotent per key).
+Result<SubmitResult> SubmitFromOptions(const Options& o, const ToolRegistry& tools, Engine* engine,
+                                       std::string* key) {
+  auto text = ReadFile(o.spec_path);
+  if (!text.ok()) return text.status();
+  auto spec = ParseSpecText(*text, tools, o.spec_path);
+  if (!spec.ok()) return spec.status();
+  auto input = ReadInput(o.input);
+  if (!input.ok()) return input.status();
+  *key = o.intent_key.empty() ? NewId("intent_") : o.intent_key;
+  return engine->Submit(*spec, *input, *key);
+}
+
 int CmdRun(const Options& o, const ToolRegistry& tools, storage::Store* store,
            const preview_commit::TokenSigner* signer) {
-  auto text = ReadFile(o.spec_path);
-  if (!text.ok()) return Fail(text.status());
-  auto spec = ParseSpecText(*text, tools, o.spec_path);
-  if (!spec.ok()) return Fail(spec.status());
-  auto input = ReadInput(o.input);
-  if (!input.ok()) return Fail(input.status());
-  std::string key = o.intent_key.empty() ? NewId("intent_") : o.intent_key;
   Engine engine(store, &tools, LiveEngineOptions(true, signer));
-  auto sub = engine.Submit(*spec, *input, key);
+  std::string key;
+  auto sub = SubmitFromOptions(o, tools, &engine, &key);
   if (!sub.ok()) return Fail(sub.status());
   std::printf("saga %s (%s, intent key %s)\n", sub->saga_id.c_str(),
               sub->created ? "new" : "existing: same intent key and content", key.c_str());
   std::fflush(stdout);
   auto rec = engine.Run(sub->saga_id);
+  if (!rec.ok() && rec.status().code() == Code::kAborted) {
+    // Another worker holds the saga's lease: it drives the saga, not us.
+    std::printf("outcome: %s\n", rec.status().message().c_str());
+    return kExitOk;
+  }
   if (!rec.ok()) return Fail(rec.status());
   std::printf("outcome: %s%s%s\n", rec->summary.state.c_str(),
               rec->summary.reason.empty() ? "" : " - ", rec->summary.reason.c_str());
@@ -347,7 +387,8 @@ int CmdRecover(const Options& o, const ToolRegistry& tools, storage::Store* stor
     if (code == kExitNeedsAttention || (code == kExitRolledBack && worst == kExitOk)) worst = code;
   }
   for (const std::string& e : report->errors) std::fprintf(stderr, "error: %s\n", e.c_str());
-  std::printf("recovery: %d saga(s) resumed\n", report->resumed);
+  std::printf("recovery: %d saga(s) resumed, %d left to the workers that hold them\n",
+              report->resumed, report->skipped);
   if (!report->errors.empty()) return kExitInternal;
   return worst;
 }
@@ -461,6 +502,51 @@ int CmdKeys(const Options& o, Keys* keys) {
   return kExitOk;
 }
 
+int CmdSubmit(const Options& o, const ToolRegistry& tools, storage::Store* store) {
+  Engine engine(store, &tools, LiveEngineOptions(false, nullptr));
+  std::string key;
+  auto sub = SubmitFromOptions(o, tools, &engine, &key);
+  if (!sub.ok()) return Fail(sub.status());
+  std::printf("%s %s\n", sub->saga_id.c_str(), sub->created ? "new" : "existing");
+  return kExitOk;
+}
+
+int CmdWorker(const Options& o, const ToolRegistry& tools, storage::Store* store,
+              const preview_commit::TokenSigner* signer) {
+  struct sigaction sa {};
+  sa.sa_handler = OnStopSignal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGINT, &sa, nullptr);
+  EngineOptions eo = LiveEngineOptions(false, signer);
+  eo.owner = o.owner.empty() ? NewId("worker_") : o.owner;
+  eo.lease_ms = o.lease_ms;
+  eo.stop = &g_stop;
+  Engine engine(store, &tools, eo);
+  WorkerOptions wo;
+  wo.concurrency = o.concurrency;
+  wo.poll_ms = o.poll_ms;
+  std::mutex out_mu;
+  wo.on_done = [&](const std::string& saga_id, const Status& s) {
+    std::lock_guard<std::mutex> lock(out_mu);
+    if (s.ok()) {
+      auto rec = store->LoadSaga(saga_id);
+      std::printf("%s drove %s: %s\n", eo.owner.c_str(), saga_id.c_str(),
+                  rec.ok() ? rec->summary.state.c_str() : "?");
+    } else {
+      std::printf("%s left %s: %s\n", eo.owner.c_str(), saga_id.c_str(), s.ToString().c_str());
+    }
+    std::fflush(stdout);
+  };
+  std::printf("worker %s: claiming sagas (concurrency %d, lease %lld ms)\n", eo.owner.c_str(),
+              o.concurrency, static_cast<long long>(o.lease_ms));
+  std::fflush(stdout);
+  Status s = engine.Work(wo);
+  std::printf("worker %s: stopped, leases released\n", eo.owner.c_str());
+  if (!s.ok()) return Fail(s);
+  return kExitOk;
+}
+
 int CmdFailpoints() {
   for (const auto& fp : failpoint::KnownFailpoints()) {
     std::printf("%-32s %s\n", fp.name, fp.boundary);
@@ -476,7 +562,11 @@ int RunCli(int argc, char** argv, const FrontendConfig& config) {
   Options o;
   const char* env_db = std::getenv("IDEM_DB");
   o.db = env_db != nullptr && *env_db != '\0' ? env_db : "idem.db";
-  app.add_option("--db", o.db, "journal database (SQLite file; default $IDEM_DB or ./idem.db)");
+  const char* env_store = std::getenv("IDEM_STORE");
+  if (env_store != nullptr && *env_store != '\0') o.db = env_store;
+  app.add_option("--store,--db", o.db,
+                 "the journal: a SQLite file, or postgresql://... (default $IDEM_STORE, "
+                 "$IDEM_DB or ./idem.db)");
   const char* env_keys = std::getenv("IDEM_KEYS");
   if (env_keys != nullptr) o.keys_path = env_keys;
   app.add_option("--keys", o.keys_path,
@@ -519,6 +609,21 @@ int RunCli(int argc, char** argv, const FrontendConfig& config) {
   resolve->add_option("--as", o.who, "who decides (recorded in the journal)")->required();
   resolve->add_option("--note", o.note, "why (recorded in the journal)");
   resolve->add_option("--result", o.result, "for applied: the provider's result, JSON or @FILE");
+
+  auto* submit = app.add_subcommand("submit", "record an intent and its saga for workers to run");
+  submit->add_option("SPEC", o.spec_path, "spec file")->required();
+  submit->add_option("--input", o.input, "input JSON, or @FILE");
+  submit->add_option("--intent-key", o.intent_key, "intent key (default: a new key)");
+
+  auto* worker = app.add_subcommand(
+      "worker", "claim and drive sagas until SIGTERM (then finish the step, release the leases)");
+  worker->add_option("--owner", o.owner, "this worker's name in the leases (default: a new id)");
+  worker->add_option("--concurrency", o.concurrency, "sagas driven at once")
+      ->check(CLI::Range(1, 256));
+  worker->add_option("--lease-ms", o.lease_ms, "lease length; renewed every third of it")
+      ->check(CLI::Range(int64_t{100}, int64_t{3'600'000}));
+  worker->add_option("--poll-ms", o.poll_ms, "wait between empty claims")
+      ->check(CLI::Range(int64_t{1}, int64_t{60'000}));
 
   auto* approvals = app.add_subcommand("approvals", "list commits waiting for a person");
   approvals->add_flag("--json", o.json, "JSON, with previews and tokens");
@@ -565,12 +670,13 @@ int RunCli(int argc, char** argv, const FrontendConfig& config) {
   }
   if (validate->parsed()) return CmdValidate(o, tools);
 
-  if (o.keys_path.empty()) o.keys_path = o.db + ".keys.json";
+  g_store_locator = o.db;
+  if (o.keys_path.empty()) o.keys_path = IsPostgres(o.db) ? "idem.keys.json" : o.db + ".keys.json";
   Keys keys(o.keys_path);
   if (keys_cmd->parsed()) return CmdKeys(o, &keys);
 
   bool drives = run->parsed() || recover->parsed() || resolve->parsed() || approve->parsed() ||
-                reject->parsed();
+                reject->parsed() || worker->parsed();
   const preview_commit::TokenSigner* signer = nullptr;
   if (drives) {
     auto sg = keys.Signer();
@@ -578,7 +684,9 @@ int RunCli(int argc, char** argv, const FrontendConfig& config) {
     signer = *sg;
   }
   DriverLock lock;
-  if (drives) {
+  // The embedded journal has one driving process at a time; PostgreSQL
+  // shares the work between processes with leases instead.
+  if (drives && !IsPostgres(o.db)) {
     Status locked = lock.Acquire(o.db);
     if (!locked.ok()) return Fail(locked);
   }
@@ -590,6 +698,8 @@ int RunCli(int argc, char** argv, const FrontendConfig& config) {
   if (recover->parsed()) return CmdRecover(o, tools, store->get(), signer);
   if (resolve->parsed()) return CmdResolve(o, tools, store->get(), signer);
   if (approvals->parsed()) return CmdApprovals(o, store->get());
+  if (submit->parsed()) return CmdSubmit(o, tools, store->get());
+  if (worker->parsed()) return CmdWorker(o, tools, store->get(), signer);
   if (approve->parsed()) return CmdDecide(o, true, tools, store->get(), signer);
   if (reject->parsed()) return CmdDecide(o, false, tools, store->get(), signer);
   return kExitUsage;

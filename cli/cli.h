@@ -14,8 +14,11 @@
 //   approve TOKEN --as NAME [--note TEXT]          approve: the commit runs now
 //   reject TOKEN --as NAME --reason TEXT           reject: the saga rolls back
 //   keys list|rotate|retire KEY                    commit-token signing keys
+//   submit SPEC --input JSON|@FILE [--intent-key K]  record a saga for workers
+//   worker [--owner N] [--concurrency C] [--lease-ms L]  drive sagas until SIGTERM
 //   failpoints                                     list the failpoint names
-// Global options: --db PATH (default ./idem.db, or $IDEM_DB); --keys PATH
+// Global options: --store (or --db) LOCATOR: a SQLite file or postgresql://...
+// (default $IDEM_STORE, $IDEM_DB or ./idem.db); --keys PATH
 // (commit-token keys, default <db>.keys.json, created with mode 0600).
 //
 // Exit codes (kExit*): 0 the command succeeded / the saga succeeded;

@@ -1,9 +1,12 @@
 #include "saga/engine.h"
 
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <deque>
 #include <functional>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <thread>
 
@@ -50,6 +53,12 @@ class SagaRun {
 
   Status Drive();
   const SagaRecord& record() const { return rec_; }
+  /// Fences every write on `epoch`; `lost` turns true when the lease keeper
+  /// fails to renew (no tool is called after that).
+  void Fence(int64_t epoch, const std::atomic<bool>* lost) {
+    fence_epoch_ = epoch;
+    lease_lost_ = lost;
+  }
 
  private:
   // ---- journal
@@ -94,10 +103,22 @@ class SagaRun {
   std::vector<bool> compensable_;
   std::mt19937_64 rng_;
   std::string park_reason_;
+  int64_t fence_epoch_ = 0;
+  const std::atomic<bool>* lease_lost_ = nullptr;
+
+  // Before any call to the outside world: the lease must still be ours.
+  Status CheckLease() const {
+    if (lease_lost_ != nullptr && lease_lost_->load()) {
+      return Status::Aborted("lease lost: another worker may drive saga " + rec_.summary.saga_id);
+    }
+    return Status::Ok();
+  }
+  bool Stopping() const { return options_.stop != nullptr && options_.stop->load(); }
 };
 
 Status SagaRun::Commit(WriteBatch batch) {
   batch.saga_id = rec_.summary.saga_id;
+  batch.fence_epoch = fence_epoch_;
   IDEM_RETURN_IF_ERROR(store_->Commit(batch));
   for (const StepRecord& st : batch.steps) rec_.steps[st.index] = st;
   if (batch.saga_state) {
@@ -162,6 +183,7 @@ Status SagaRun::Drive() {
   }
 
   while (!queue.empty()) {
+    if (Stopping()) return Status::Aborted("stopping: saga left between steps");
     SagaCommand cmd = queue.front();
     queue.pop_front();
     switch (cmd) {
@@ -454,6 +476,7 @@ Result<StepEnd> SagaRun::DriveStep(int index, bool rolling_back) {
           call.expected_version =
               st.phase.value("preview", Json::object()).value("resource_version", "");
         }
+        IDEM_RETURN_IF_ERROR(CheckLease());
         outcome = tool->Invoke(call);
         IDEM_FAILPOINT("step.after_call");
         if (outcome.kind == OutcomeKind::kFailed && outcome.stale && spec.two_phase &&
@@ -766,6 +789,7 @@ Result<UndoEnd> SagaRun::DriveUndo(int index) {
     switch (cmd) {
       case StepCommand::kCallCompensation: {
         ToolCall call{comp.tool, key, *args, st.comp_attempt, rec_.summary.saga_id, st.step_id, ""};
+        IDEM_RETURN_IF_ERROR(CheckLease());
         outcome = tool->Invoke(call);
         IDEM_FAILPOINT("compensation.after_call");
         if (outcome.kind == OutcomeKind::kSucceeded) {
@@ -836,7 +860,9 @@ std::string StepKey(const std::string& saga_id, const std::string& step_id) {
 }
 
 Engine::Engine(storage::Store* store, const ToolRegistry* tools, EngineOptions options)
-    : store_(store), tools_(tools), options_(std::move(options)) {}
+    : store_(store), tools_(tools), options_(std::move(options)) {
+  if (options_.owner.empty()) options_.owner = NewId("drv_");
+}
 
 Result<SubmitResult> Engine::Submit(const SagaSpec& spec, const Json& input,
                                     const std::string& intent_key) {
@@ -875,20 +901,136 @@ Result<SubmitResult> Engine::Submit(const SagaSpec& spec, const Json& input,
   return SubmitResult{out->saga_id, out->created};
 }
 
+namespace {
+
+// Renews a lease every lease_ms / 3 on its own thread until destroyed; if a
+// renewal is refused (the lease was lost), `lost` turns true for good.
+class LeaseKeeper {
+ public:
+  LeaseKeeper(storage::Store* store, storage::Lease lease, int64_t lease_ms)
+      : store_(store), lease_(std::move(lease)), lease_ms_(lease_ms) {
+    thread_ = std::thread([this] { Loop(); });
+  }
+  ~LeaseKeeper() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      done_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+  const std::atomic<bool>* lost() const { return &lost_; }
+
+ private:
+  void Loop() {
+    std::unique_lock<std::mutex> lock(mu_);
+    auto period = std::chrono::milliseconds(std::max<int64_t>(1, lease_ms_ / 3));
+    while (!cv_.wait_for(lock, period, [this] { return done_; })) {
+      Status s = store_->RenewLease(lease_, lease_ms_);
+      if (s.code() == Code::kAborted || s.code() == Code::kNotFound) {
+        lost_ = true;
+        return;
+      }
+      // kUnavailable: the store is unreachable; keep trying. If the lease
+      // expires meanwhile, the fenced writes will be refused.
+    }
+  }
+
+  storage::Store* store_;
+  storage::Lease lease_;
+  int64_t lease_ms_;
+  std::atomic<bool> lost_{false};
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;  // GUARDED_BY(mu_)
+  std::thread thread_;
+};
+
+}  // namespace
+
 Result<SagaRecord> Engine::Run(const std::string& saga_id) {
-  auto rec = store_->LoadSaga(saga_id);
-  if (!rec.ok()) return rec.status();
-  auto spec = ParseSpec(rec->spec, *tools_);
-  if (!spec.ok()) {
-    return Status::FailedPrecondition(
-        "saga " + saga_id + ": its frozen spec no longer validates: " + spec.status().message());
+  if (!options_.use_leases) {
+    storage::Lease none;  // epoch 0: unfenced, nothing to renew or release
+    none.saga_id = saga_id;
+    return RunLeased(none);
   }
-  if (spec->steps.size() != rec->steps.size()) {
-    return Status::Internal("saga " + saga_id + ": spec and journal disagree on the steps");
+  auto lease = store_->ClaimSaga(saga_id, options_.owner, options_.lease_ms);
+  if (!lease.ok()) {
+    if (lease.status().code() == Code::kAborted) {
+      return Status::Aborted("saga " + saga_id + " is being driven by another worker");
+    }
+    return lease.status();
   }
-  SagaRun run(store_, tools_, options_, std::move(rec).value(), std::move(spec).value());
-  IDEM_RETURN_IF_ERROR(run.Drive());
-  return run.record();
+  return RunLeased(*lease);
+}
+
+Result<SagaRecord> Engine::RunLeased(const storage::Lease& lease) {
+  const std::string& saga_id = lease.saga_id;
+  Result<SagaRecord> out = Status::Internal("unset");
+  const bool leased = lease.epoch != 0;
+  {
+    std::optional<LeaseKeeper> keeper;
+    if (leased) keeper.emplace(store_, lease, options_.lease_ms);
+    auto rec = store_->LoadSaga(saga_id);
+    if (!rec.ok()) {
+      out = rec.status();
+    } else {
+      auto spec = ParseSpec(rec->spec, *tools_);
+      if (!spec.ok()) {
+        out = Status::FailedPrecondition(
+            "saga " + saga_id +
+            ": its frozen spec no longer validates: " + spec.status().message());
+      } else if (spec->steps.size() != rec->steps.size()) {
+        out = Status::Internal("saga " + saga_id + ": spec and journal disagree on the steps");
+      } else {
+        SagaRun run(store_, tools_, options_, std::move(rec).value(), std::move(spec).value());
+        if (leased) run.Fence(lease.epoch, keeper->lost());
+        Status s = run.Drive();
+        if (s.ok()) {
+          out = run.record();
+        } else {
+          out = s;
+        }
+      }
+    }
+  }
+  if (leased) {
+    Status released = store_->ReleaseLease(lease);
+    (void)released;  // lost already, or the store is down: the lease expires on its own
+  }
+  return out;
+}
+
+Status Engine::Work(const WorkerOptions& worker) {
+  const std::vector<std::string> states = {SagaStateName(SagaState::kPending),
+                                           SagaStateName(SagaState::kRunning),
+                                           SagaStateName(SagaState::kCompensating)};
+  auto stopping = [&] { return options_.stop != nullptr && options_.stop->load(); };
+  std::mutex mu;
+  Status first_error;
+  auto loop = [&] {
+    while (!stopping()) {
+      auto claimed = store_->ClaimSagas(states, options_.owner, options_.lease_ms, 1);
+      if (!claimed.ok() || claimed->empty()) {
+        if (!claimed.ok() && claimed.status().code() != Code::kUnavailable &&
+            claimed.status().code() != Code::kAborted) {
+          std::lock_guard<std::mutex> lock(mu);
+          if (first_error.ok()) first_error = claimed.status();
+        }
+        options_.clock->SleepMs(worker.poll_ms);
+        continue;
+      }
+      for (const storage::Lease& lease : *claimed) {
+        auto r = RunLeased(lease);
+        if (worker.on_done) worker.on_done(lease.saga_id, r.ok() ? Status::Ok() : r.status());
+      }
+    }
+  };
+  std::vector<std::thread> threads;
+  for (int i = 1; i < std::max(1, worker.concurrency); ++i) threads.emplace_back(loop);
+  loop();
+  for (auto& t : threads) t.join();
+  return first_error;
 }
 
 Result<Decision> ParseDecision(const std::string& name) {
@@ -1033,11 +1175,19 @@ Result<SagaRecord> Engine::Resolve(const std::string& saga_id, const Resolution&
   resumed.event = std::string("saga_") + SagaStateName(saga.state());
   resumed.data = {{"resumed_by", r.who}};
   b.journal.push_back(resumed);
-  IDEM_RETURN_IF_ERROR(store_->Commit(b));
+  Result<storage::Lease> lease = storage::Lease{saga_id, options_.owner, 0, 0};
+  if (options_.use_leases) lease = store_->ClaimSaga(saga_id, options_.owner, options_.lease_ms);
+  if (!lease.ok()) return lease.status();
+  b.fence_epoch = lease->epoch;
+  Status committed = store_->Commit(b);
+  if (!committed.ok()) {
+    if (lease->epoch != 0) (void)store_->ReleaseLease(*lease);
+    return committed;
+  }
   if (options_.observer) {
     for (const auto& e : b.journal) options_.observer(e);
   }
-  return Run(saga_id);
+  return RunLeased(*lease);
 }
 
 Result<SagaRecord> Engine::Decide(const std::string& token, const ApprovalDecision& d) {
@@ -1083,8 +1233,11 @@ Result<SagaRecord> Engine::Decide(const std::string& token, const ApprovalDecisi
     }
     return rec;
   }
+  // The saga may still say running when its driver died between journaling
+  // the preview and parking the saga: the decision is just as valid.
+  const bool saga_waiting = rec->summary.state == SagaStateName(SagaState::kAwaitingApproval);
   if (st->state != StepStateName(StepState::kAwaitingApproval) ||
-      rec->summary.state != SagaStateName(SagaState::kAwaitingApproval)) {
+      (!saga_waiting && rec->summary.state != SagaStateName(SagaState::kRunning))) {
     return Status::FailedPrecondition("step " + st->step_id + " is " + st->state +
                                       ", not awaiting approval");
   }
@@ -1100,7 +1253,7 @@ Result<SagaRecord> Engine::Decide(const std::string& token, const ApprovalDecisi
   if (!cmds.ok()) return cmds.status();
   storage::WriteBatch b;
   b.saga_id = claims->saga_id;
-  b.saga_state = SagaStateName(saga.state());
+  if (saga_waiting) b.saga_state = SagaStateName(saga.state());
   b.steps.push_back(*st);
   storage::JournalEntry je;
   je.saga_id = claims->saga_id;
@@ -1109,10 +1262,27 @@ Result<SagaRecord> Engine::Decide(const std::string& token, const ApprovalDecisi
   je.data = {{"by", d.who}, {"note", d.note}, {"token_key", claims->key_id}};
   je.at_ms = now;
   b.journal.push_back(je);
-  IDEM_RETURN_IF_ERROR(store_->Commit(b));
+  // The decision is written under the saga's lease like any other write,
+  // and the same lease then drives the commit.
+  Result<storage::Lease> lease = storage::Lease{claims->saga_id, options_.owner, 0, 0};
+  if (options_.use_leases) {
+    lease = store_->ClaimSaga(claims->saga_id, options_.owner, options_.lease_ms);
+  }
+  if (!lease.ok()) {
+    if (lease.status().code() == Code::kAborted) {
+      return Status::Unavailable("saga " + claims->saga_id + " is busy; try again");
+    }
+    return lease.status();
+  }
+  b.fence_epoch = lease->epoch;
+  Status committed = store_->Commit(b);
+  if (!committed.ok()) {
+    if (lease->epoch != 0) (void)store_->ReleaseLease(*lease);
+    return committed;
+  }
   if (options_.observer) options_.observer(je);
   IDEM_FAILPOINT("approval.after_commit");
-  auto out = Run(claims->saga_id);
+  auto out = RunLeased(*lease);
   if (!out.ok() && out.status().code() == Code::kConflict) {
     // Another process spent the token first: report what it recorded.
     return store_->LoadSaga(claims->saga_id);
@@ -1136,6 +1306,10 @@ Result<RecoveryReport> Engine::Recover(int concurrency) {
       const std::string& id = (*list)[i].saga_id;
       auto r = Run(id);
       std::lock_guard<std::mutex> lock(mu);
+      if (!r.ok() && r.status().code() == Code::kAborted) {
+        ++report.skipped;  // another worker holds its lease and drives it
+        continue;
+      }
       ++report.resumed;
       report.saga_ids.push_back(id);
       if (!r.ok()) report.errors.push_back(id + ": " + r.status().ToString());

@@ -19,6 +19,7 @@
 // but one saga must be driven by one thread at a time (a single process
 // owns its SQLite journal; multi-process ownership comes with leases).
 
+#include <atomic>
 #include <functional>
 #include <string>
 #include <vector>
@@ -47,6 +48,25 @@ struct EngineOptions {
   const preview_commit::TokenSigner* signer = nullptr;
   /// Lifetime of the commit token of a two-phase step without approval.
   int64_t commit_token_ttl_ms = 3'600'000;
+  /// Leases: every drive of a saga holds its lease (renewed in the
+  /// background every lease_ms / 3) and every write is fenced on its epoch.
+  /// `owner` names this engine in the store (default: a fresh id).
+  std::string owner;
+  int64_t lease_ms = 30'000;
+  /// False where one process alone drives the journal (the CLI on the
+  /// embedded store holds a file lock instead): then a lease left by a
+  /// process that died must not delay its recovery, and none is taken.
+  bool use_leases = true;
+  /// When set and true, drives stop between steps (the current step
+  /// finishes) and give their leases back: a worker's graceful shutdown.
+  const std::atomic<bool>* stop = nullptr;
+};
+
+struct WorkerOptions {
+  int concurrency = 8;    ///< sagas driven at once
+  int64_t poll_ms = 100;  ///< wait between empty claims
+  /// Called after each drive (from the driving thread).
+  std::function<void(const std::string& saga_id, const Status& status)> on_done;
 };
 
 /// A person's answer to a commit waiting for approval.
@@ -67,6 +87,7 @@ struct SubmitResult {
 
 struct RecoveryReport {
   int resumed = 0;
+  int skipped = 0;  ///< driven by another worker (its lease holds)
   std::vector<std::string> saga_ids;
   std::vector<std::string> errors;  ///< sagas that could not be driven, with why
 };
@@ -120,12 +141,20 @@ class Engine {
   /// saga as recorded and calls nothing.
   Result<storage::SagaRecord> Decide(const std::string& token, const ApprovalDecision& decision);
 
+  /// Claims runnable sagas (pending, running, compensating) with leases and
+  /// drives them, `concurrency` at a time, until options.stop turns true;
+  /// then the current steps finish and the leases are released. Sagas whose
+  /// owner died are taken over once their lease expires.
+  Status Work(const WorkerOptions& worker);
+
   /// Resumes every pending, running or compensating saga, and every saga
   /// waiting for an approval that was decided or has expired, `concurrency`
   /// at a time.
   Result<RecoveryReport> Recover(int concurrency = 4);
 
  private:
+  Result<storage::SagaRecord> RunLeased(const storage::Lease& lease);
+
   storage::Store* store_;
   const ToolRegistry* tools_;
   EngineOptions options_;

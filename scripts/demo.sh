@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The travel demo on the embedded store (SQLite), in three scenarios:
-#   1. the happy path;
-#   2. a failure rolled back: the hotel refuses (the flight is cancelled), then
-#      the card is declined (car, hotel and flight undone in reverse order);
+#   1. the happy path: flight, hotel and car booked; the payment is previewed
+#      and waits for a person; `approve` from a second command commits it;
+#   2. failures rolled back: the hotel refuses (the flight is cancelled); the
+#      card is declined at commit (car, hotel and flight undone in reverse order);
 #   3. the process killed with SIGKILL mid-saga and `recover` finishing it,
 #      with the providers' ledger showing one effect per step.
 # Usage: scripts/demo.sh [BUILD_DIR]
@@ -19,16 +20,30 @@ WORK=$(mktemp -d "${TMPDIR:-/tmp}/idem-demo.XXXXXX")
 trap 'rm -rf "$WORK"' EXIT
 
 bold() { printf '\n\033[1m%s\033[0m\n' "$*"; }
-say() { printf '$ %s\n' "$*"; }
+say() { printf '\n$ %s\n' "$*"; }
+# The commit token of the first pending approval.
+token() {
+  "$TB" --db "$1" approvals --json |
+    sed -n 's/^ *"token": "\(.*\)",\{0,1\}$/\1/p' | head -n 1
+}
 
-bold "== 1. Happy path: flight, hotel, car, payment =="
+bold "== 1. Happy path: flight, hotel, car; the payment waits for a person =="
 DB="$WORK/happy.db"
 say "travel-booking --db happy.db run trip.json --input @input.json --intent-key ana-tokyo"
 "$TB" --db "$DB" run "$SPEC" --input "$INPUT" --intent-key ana-tokyo
+echo "(exit $?: 7 = waiting for approval; this process is gone, the saga waits in the journal)"
+say "travel-booking --db happy.db approvals"
+"$TB" --db "$DB" approvals
+TOKEN=$(token "$DB")
+say "travel-booking --db happy.db approve \$TOKEN --as maria --note 'within the travel budget'"
+"$TB" --db "$DB" approve "$TOKEN" --as maria --note "within the travel budget"
 echo "(exit $?)"
 say "travel-booking --db happy.db run trip.json --input @input.json --intent-key ana-tokyo   # the agent repeats itself"
 "$TB" --db "$DB" run "$SPEC" --input "$INPUT" --intent-key ana-tokyo
 echo "(exit $?: the same saga, nothing called twice)"
+say "travel-booking --db happy.db approve \$TOKEN --as maria   # the approval is replayed"
+"$TB" --db "$DB" approve "$TOKEN" --as maria
+echo "(exit $?: the recorded outcome, no second charge)"
 "$LEDGER" "$DB.ledger.sqlite"
 
 bold "== 2a. The hotel refuses: the flight is cancelled =="
@@ -37,9 +52,13 @@ say "travel-booking --fault hotels.book=reject run trip.json ..."
 "$TB" --db "$DB" --fault hotels.book=reject run "$SPEC" --input "$INPUT" --intent-key ana-hotel-full
 echo "(exit $?: 3 = rolled back)"
 
-bold "== 2b. The card is declined: car, hotel and flight undone in reverse order =="
-say "travel-booking --fault payments.charge=reject run trip.json ..."
-"$TB" --db "$DB" --fault payments.charge=reject run "$SPEC" --input "$INPUT" --intent-key ana-card-declined
+bold "== 2b. The card is declined at commit: car, hotel and flight undone in reverse order =="
+say "travel-booking run trip.json ...   # waits for approval"
+"$TB" --db "$DB" run "$SPEC" --input "$INPUT" --intent-key ana-card-declined >/dev/null
+echo "(exit $?)"
+TOKEN=$(token "$DB")
+say "travel-booking --fault payments.charge=reject approve \$TOKEN --as maria"
+"$TB" --db "$DB" --fault payments.charge=reject approve "$TOKEN" --as maria
 echo "(exit $?: 3 = rolled back)"
 "$LEDGER" "$DB.ledger.sqlite"
 
@@ -58,6 +77,10 @@ echo "The hotel does not deduplicate keys, so idem asks its status endpoint"
 echo "instead of calling it again:"
 say "travel-booking --db crash.db recover"
 "$TB" --db "$DB" recover
+echo "(exit $?)"
+TOKEN=$(token "$DB")
+say "travel-booking --db crash.db approve \$TOKEN --as maria"
+"$TB" --db "$DB" approve "$TOKEN" --as maria
 echo "(exit $?)"
 say "travel-ledger crash.db.ledger.sqlite --check"
 "$LEDGER" "$DB.ledger.sqlite" --check

@@ -122,6 +122,15 @@ CREATE TABLE consumed_tokens (
   at_ms   BIGINT NOT NULL
 );
 )sql",
+    // 3: leases (several workers on one store) and fencing. A free lease has
+    // lease_expires_ms 0; lease_epoch counts the claims.
+    R"sql(
+ALTER TABLE sagas
+  ADD COLUMN lease_owner      TEXT   NOT NULL DEFAULT '',
+  ADD COLUMN lease_expires_ms BIGINT NOT NULL DEFAULT 0,
+  ADD COLUMN lease_epoch      BIGINT NOT NULL DEFAULT 0;
+CREATE INDEX sagas_by_state_lease ON sagas (state, lease_expires_ms);
+)sql",
 };
 
 constexpr int kLatestVersion = static_cast<int>(kMigrations.size());
@@ -142,7 +151,25 @@ struct Statement {
 };
 
 constexpr Statement kSagaExists = {"saga_exists", "SELECT 1 FROM sagas WHERE saga_id = $1"};
-constexpr Statement kLockSaga = {"lock_saga", "SELECT 1 FROM sagas WHERE saga_id = $1 FOR UPDATE"};
+constexpr Statement kLockSaga = {"lock_saga",
+                                 "SELECT lease_epoch FROM sagas WHERE saga_id = $1 FOR UPDATE"};
+// The server's clock in ms since the epoch: leases are judged by it alone.
+#define IDEM_PG_NOW_MS "(extract(epoch from clock_timestamp()) * 1000)::bigint"
+constexpr Statement kRenewLease = {
+    "renew_lease", "UPDATE sagas SET lease_expires_ms = " IDEM_PG_NOW_MS
+                   " + $4 WHERE saga_id = $1 AND lease_owner = $2 AND lease_epoch = $3"};
+constexpr Statement kClaimSaga = {
+    "claim_saga", "UPDATE sagas SET lease_owner = $2, lease_expires_ms = " IDEM_PG_NOW_MS
+                  " + $3, lease_epoch = lease_epoch + 1 WHERE saga_id = $1 AND"
+                  " (lease_expires_ms < " IDEM_PG_NOW_MS
+                  " OR lease_owner = $2)"
+                  " RETURNING lease_owner, lease_epoch, lease_expires_ms"};
+constexpr Statement kLeaseHolder = {
+    "lease_holder", "SELECT lease_owner, lease_expires_ms FROM sagas WHERE saga_id = $1"};
+constexpr Statement kReleaseLease = {
+    "release_lease",
+    "UPDATE sagas SET lease_expires_ms = 0"
+    " WHERE saga_id = $1 AND lease_owner = $2 AND lease_epoch = $3"};
 constexpr Statement kInsertIntent = {
     "insert_intent",
     "INSERT INTO intents (intent_key, fingerprint, saga_id, created_ms) VALUES ($1, $2, $3, $4)"
@@ -202,6 +229,7 @@ constexpr std::array kStatements = {
     kSagaExists,   kLockSaga,      kInsertIntent, kSelectIntent,  kInsertSaga,
     kInsertStep,   kInsertJournal, kUpdateSaga,   kUpsertStep,    kConsumeToken,
     kInsertEffect, kSelectSaga,    kSelectSteps,  kSelectJournal, kSelectEffects,
+    kRenewLease,   kReleaseLease,  kClaimSaga,    kLeaseHolder,
 };
 
 // ---- Errors -----------------------------------------------------------------
@@ -479,6 +507,10 @@ class PgStore::Pool {
     std::atomic<int64_t> resolved_committed{0};
     std::atomic<int64_t> resolved_aborted{0};
     std::atomic<int64_t> unresolved{0};
+    std::atomic<int64_t> commit_batches{0};
+    std::atomic<int64_t> commit_transactions{0};
+    std::atomic<int64_t> largest_group{0};
+    std::atomic<int64_t> commits_queued{0};
   };
   Counters counters;
 
@@ -496,16 +528,16 @@ class PgStore::Pool {
 namespace {
 
 /// A connection borrowed from the pool for one transaction; returned (or
-/// discarded, if marked broken) when the lease ends. Move-only.
-class Lease {
+/// discarded, if marked broken) when this object goes. Move-only.
+class Borrowed {
  public:
-  Lease(PgStore::Pool* pool, std::unique_ptr<PgConnection> conn)
+  Borrowed(PgStore::Pool* pool, std::unique_ptr<PgConnection> conn)
       : pool_(pool), conn_(std::move(conn)) {}
-  ~Lease() { Return(); }
-  Lease(const Lease&) = delete;
-  Lease& operator=(const Lease&) = delete;
-  Lease(Lease&&) = default;
-  Lease& operator=(Lease&&) = delete;
+  ~Borrowed() { Return(); }
+  Borrowed(const Borrowed&) = delete;
+  Borrowed& operator=(const Borrowed&) = delete;
+  Borrowed(Borrowed&&) = default;
+  Borrowed& operator=(Borrowed&&) = delete;
 
   PgConnection& operator*() { return *conn_; }
   PgConnection* operator->() { return conn_.get(); }
@@ -549,7 +581,7 @@ CommitOutcome ResolveCommit(PgStore::Pool& pool, int64_t txid, int old_pid, int 
     if (!acquired.ok()) {
       *detail = acquired.status().message();
     } else {
-      Lease c(&pool, std::move(acquired).value());
+      Borrowed c(&pool, std::move(acquired).value());
       try {
         pqxx::work tx(c->conn);
         pqxx::result r = tx.exec_params("SELECT txid_status($1)", txid);
@@ -608,7 +640,7 @@ Result<T> PgStore::Run(const std::string& op, bool write, Body&& body) {
       if (!acquired.ok()) {
         return Status(acquired.status().code(), op + ": " + acquired.status().message());
       }
-      Lease c(pool_.get(), std::move(acquired).value());
+      Borrowed c(pool_.get(), std::move(acquired).value());
       pid = c->pid;
       try {
         if (write) {
@@ -755,6 +787,10 @@ Result<std::unique_ptr<PgStore>> PgStore::Open(const PgOptions& options) {
     return Status::InvalidArgument(
         "PostgreSQL store: acquire_timeout_ms and resolve_timeout_ms must be >= 0");
   }
+  if (options.max_group_batches < 1) {
+    return Status::InvalidArgument("PostgreSQL store: max_group_batches must be >= 1, got " +
+                                   std::to_string(options.max_group_batches));
+  }
   std::string conninfo = options.url;
   AddParam(conninfo, "connect_timeout", std::to_string(options.connect_timeout_s));
   AddParam(conninfo, "fallback_application_name", "idem");
@@ -769,7 +805,7 @@ Result<std::unique_ptr<PgStore>> PgStore::Open(const PgOptions& options) {
     if (!acquired.ok()) {
       return Status(acquired.status().code(), op + ": " + acquired.status().message());
     }
-    Lease c(pool.get(), std::move(acquired).value());
+    Borrowed c(pool.get(), std::move(acquired).value());
     try {
       version = Migrate(c->conn);
     } catch (const std::exception& e) {
@@ -795,6 +831,10 @@ PgStats PgStore::Stats() const {
   s.resolved_committed = pool_->counters.resolved_committed.load();
   s.resolved_aborted = pool_->counters.resolved_aborted.load();
   s.unresolved = pool_->counters.unresolved.load();
+  s.commit_batches = pool_->counters.commit_batches.load();
+  s.commit_transactions = pool_->counters.commit_transactions.load();
+  s.largest_group = pool_->counters.largest_group.load();
+  s.commits_queued = pool_->counters.commits_queued.load();
   return s;
 }
 
@@ -882,6 +922,83 @@ Result<CreateOutcome> PgStore::CreateIntent(const NewSaga& saga) {
       });
 }
 
+namespace {
+
+// Writes one batch inside `tx`. A non-OK result means the caller must roll
+// the batch back (some of it may have been written).
+Result<bool> ApplyBatch(pqxx::transaction_base& tx, const WriteBatch& batch, int64_t updated_ms,
+                        int64_t consumed_ms) {
+  // The saga's row lock serialises commits to one saga, as SQLite's write
+  // lock does: its journal seq order is its commit order. It also pins the
+  // lease epoch until COMMIT: a claim (which bumps it) waits for us or skips
+  // the row.
+  pqxx::result locked = tx.exec_prepared(kLockSaga.name, batch.saga_id);
+  if (locked.empty()) return SagaNotFound(batch.saga_id);
+  const auto epoch = locked[0][0].as<int64_t>();
+  if (batch.fence_epoch != 0 && epoch != batch.fence_epoch) {
+    return Status::Aborted("lease lost: saga " + Quote(batch.saga_id) + " is at lease epoch " +
+                           std::to_string(epoch) + ", the batch is fenced on epoch " +
+                           std::to_string(batch.fence_epoch) +
+                           "; nothing of the batch was written");
+  }
+  if (batch.saga_state.has_value()) {
+    tx.exec_prepared(kUpdateSaga.name, *batch.saga_state, batch.saga_reason, updated_ms,
+                     batch.saga_id);
+  }
+  for (const StepRecord& s : batch.steps) {
+    JsonParam args(s.args);
+    JsonParam result(s.result);
+    JsonParam comp_result(s.comp_result);
+    JsonParam phase(s.phase);
+    try {
+      tx.exec_prepared(kUpsertStep.name, batch.saga_id, s.index, s.step_id, s.tool, s.state,
+                       s.attempt, s.step_key, args.Ptr(), s.args_fingerprint, result.Ptr(),
+                       s.external_ref, s.error, s.comp_attempt, comp_result.Ptr(),
+                       static_cast<int64_t>(s.updated_ms), phase.Ptr());
+    } catch (const pqxx::unique_violation& e) {
+      return Status::Conflict("step key " + Quote(s.step_key) + " of step " + Quote(s.step_id) +
+                              " is used by another step (" + OneLine(e.what()) + ")");
+    }
+  }
+  for (const JournalEntry& e : batch.journal) InsertJournal(tx, batch.saga_id, e);
+  if (!batch.consume_token.empty()) {
+    try {
+      tx.exec_prepared(kConsumeToken.name, batch.consume_token, batch.saga_id,
+                       batch.consume_token_step, consumed_ms);
+    } catch (const pqxx::unique_violation&) {
+      return Status::Conflict("commit token already used; nothing of the batch was written");
+    }
+  }
+  for (const EffectRecord& f : batch.effects) {
+    JsonParam result(f.result);
+    try {
+      tx.exec_prepared(kInsertEffect.name, f.idempotency_key, batch.saga_id, f.step_id, f.kind,
+                       f.tool, result.Ptr(), f.external_ref, static_cast<int64_t>(f.at_ms));
+    } catch (const pqxx::unique_violation&) {
+      return Status::Conflict("effect idempotency key " + Quote(f.idempotency_key) +
+                              " is already recorded; nothing of the batch was written");
+    }
+  }
+  return true;
+}
+
+void NoteGroupSize(std::atomic<int64_t>& largest, int64_t size) {
+  int64_t seen = largest.load();
+  while (size > seen && !largest.compare_exchange_weak(seen, size)) {
+  }
+}
+
+}  // namespace
+
+/// One Commit call waiting in (or led through) the group commit queue.
+struct PgStore::PendingCommit {
+  const WriteBatch* batch = nullptr;
+  int64_t updated_ms = 0;
+  int64_t consumed_ms = 0;
+  Status status;
+  bool done = false;  // GUARDED_BY(queue_mu_)
+};
+
 Status PgStore::Commit(const WriteBatch& batch) {
   if (batch.saga_id.empty()) return Status::InvalidArgument("Commit: saga_id is empty");
   auto check_owner = [&](const std::string& id, const char* what, size_t i) -> Status {
@@ -930,62 +1047,251 @@ Status PgStore::Commit(const WriteBatch& batch) {
                                      {&f.external_ref, "external_ref"}}));
   }
 
-  int64_t updated_ms = 0;
-  for (const JournalEntry& e : batch.journal) updated_ms = std::max(updated_ms, e.at_ms);
-  if (batch.saga_state.has_value() && updated_ms <= 0) updated_ms = SystemClock::Get()->NowMs();
-  const int64_t consumed_ms = batch.consume_token.empty() ? 0 : SystemClock::Get()->NowMs();
+  PendingCommit me;
+  me.batch = &batch;
+  for (const JournalEntry& e : batch.journal) me.updated_ms = std::max(me.updated_ms, e.at_ms);
+  if (batch.saga_state.has_value() && me.updated_ms <= 0) {
+    me.updated_ms = SystemClock::Get()->NowMs();
+  }
+  me.consumed_ms = batch.consume_token.empty() ? 0 : SystemClock::Get()->NowMs();
 
-  const std::string op = "Commit to saga " + Quote(batch.saga_id);
+  if (!options_.group_commit) {
+    CommitGroup({&me});
+    return me.status;
+  }
+  // Leader/follower: whoever finds no writer at work becomes the leader and
+  // writes what is queued (its own batch among it, unless the queue is longer
+  // than a group); the others wait for their `done`.
+  std::unique_lock<std::mutex> lock(queue_mu_);
+  queue_.push_back(&me);
+  pool_->counters.commits_queued.fetch_add(1);
+  for (;;) {
+    if (me.done) return me.status;
+    if (leader_active_) {
+      queue_cv_.wait(lock);
+      continue;
+    }
+    leader_active_ = true;
+    std::vector<PendingCommit*> group;
+    while (!queue_.empty() && static_cast<int>(group.size()) < options_.max_group_batches) {
+      group.push_back(queue_.front());
+      queue_.pop_front();
+    }
+    pool_->counters.commits_queued.fetch_sub(static_cast<int64_t>(group.size()));
+    lock.unlock();
+    try {
+      CommitGroup(group);
+    } catch (const std::exception& e) {  // bad_alloc: never leave the queue leaderless
+      for (PendingCommit* p : group)
+        p->status = Status::Internal("Commit: " + std::string(e.what()));
+    }
+    lock.lock();
+    for (PendingCommit* p : group) p->done = true;
+    leader_active_ = false;
+    queue_cv_.notify_all();
+  }
+}
+
+void PgStore::CommitGroup(std::vector<PendingCommit*> group) {
+  Pool::Counters& counters = pool_->counters;
+  counters.commit_batches.fetch_add(static_cast<int64_t>(group.size()));
+  NoteGroupSize(counters.largest_group, static_cast<int64_t>(group.size()));
+
+  if (group.size() == 1) {
+    // The plain transaction: no savepoint needed.
+    PendingCommit& p = *group[0];
+    const std::string op = "Commit to saga " + Quote(p.batch->saga_id);
+    Result<bool> done =
+        Run<bool>(op, /*write=*/true, [&](pqxx::transaction_base& tx) -> Result<bool> {
+          counters.commit_transactions.fetch_add(1);
+          return ApplyBatch(tx, *p.batch, p.updated_ms, p.consumed_ms);
+        });
+    p.status = done.status();
+    return;
+  }
+
+  // Row locks in saga id order, so that two groups (of two stores) never wait
+  // for each other in a cycle. Stable: one saga's batches keep their order.
+  std::stable_sort(group.begin(), group.end(), [](const PendingCommit* a, const PendingCommit* b) {
+    return a->batch->saga_id < b->batch->saga_id;
+  });
+  const std::string op = "Commit of " + std::to_string(group.size()) + " batches (group commit)";
+  Result<std::vector<Status>> done = Run<std::vector<Status>>(
+      op, /*write=*/true, [&](pqxx::transaction_base& tx) -> Result<std::vector<Status>> {
+        counters.commit_transactions.fetch_add(1);
+        std::vector<Status> statuses;
+        statuses.reserve(group.size());
+        for (PendingCommit* p : group) {
+          // Savepoints by hand: libpqxx 6.4's subtransaction does not roll
+          // back to its savepoint after a statement in it failed.
+          tx.exec("SAVEPOINT idem_batch");
+          Status s;
+          try {
+            s = ApplyBatch(tx, *p->batch, p->updated_ms, p->consumed_ms).status();
+          } catch (const std::exception& e) {
+            // A lost connection or contention fails the whole transaction:
+            // Run runs the group again or resolves it.
+            if (!tx.conn().is_open() || IsConnectionError(e) ||
+                dynamic_cast<const pqxx::transaction_rollback*>(&e) != nullptr) {
+              throw;
+            }
+            s = Translate("Commit to saga " + Quote(p->batch->saga_id), e);
+          }
+          // Not OK: this batch's writes, and only they, are undone.
+          if (!s.ok()) tx.exec("ROLLBACK TO SAVEPOINT idem_batch");
+          tx.exec("RELEASE SAVEPOINT idem_batch");
+          statuses.push_back(std::move(s));
+        }
+        return statuses;
+      });
+  if (!done.ok()) {
+    // The group's transaction failed or its outcome is unknown: the same for
+    // every batch in it.
+    for (PendingCommit* p : group) {
+      p->status = Status(done.status().code(),
+                         "saga " + Quote(p->batch->saga_id) + ": " + done.status().message());
+    }
+    return;
+  }
+  for (size_t i = 0; i < group.size(); ++i) group[i]->status = std::move((*done)[i]);
+}
+
+// ---- Leases -----------------------------------------------------------------
+
+Result<std::vector<Lease>> PgStore::ClaimSagas(const std::vector<std::string>& states,
+                                               const std::string& owner, int64_t lease_ms,
+                                               int limit) {
+  if (states.empty()) return Status::InvalidArgument("ClaimSagas: no states given");
+  if (owner.empty()) return Status::InvalidArgument("ClaimSagas: owner is empty");
+  IDEM_RETURN_IF_ERROR(CheckText(owner, "ClaimSagas: owner"));
+  if (lease_ms <= 0) {
+    return Status::InvalidArgument("ClaimSagas: lease_ms must be positive, got " +
+                                   std::to_string(lease_ms));
+  }
+  if (limit <= 0) {
+    return Status::InvalidArgument("ClaimSagas: limit must be positive, got " +
+                                   std::to_string(limit));
+  }
+  // A state with a NUL byte cannot be stored, so it matches nothing.
+  std::vector<std::string> wanted;
+  for (const std::string& st : states) {
+    if (!HasNul(st)) wanted.push_back(st);
+  }
+  if (wanted.empty()) return std::vector<Lease>{};
+
+  // Only placeholders are appended, one per state; the values are bound.
+  // SKIP LOCKED: a row another claimer (or a commit) holds is left to it.
+  std::string in;
+  int n = 0;
+  for (size_t i = 0; i < wanted.size(); ++i) in += (i == 0 ? "$" : ", $") + std::to_string(++n);
+  const std::string owner_p = "$" + std::to_string(n + 1);
+  const std::string lease_p = "$" + std::to_string(n + 2);
+  const std::string limit_p = "$" + std::to_string(n + 3);
+  const std::string sql =
+      "UPDATE sagas SET lease_owner = " + owner_p + ", lease_expires_ms = " IDEM_PG_NOW_MS " + " +
+      lease_p +
+      ", lease_epoch = lease_epoch + 1 WHERE saga_id IN ("
+      "SELECT saga_id FROM sagas WHERE state IN (" +
+      in +
+      ") AND lease_expires_ms < " IDEM_PG_NOW_MS
+      " ORDER BY updated_ms, saga_id COLLATE \"C\""
+      " LIMIT " +
+      limit_p +
+      " FOR UPDATE SKIP LOCKED)"
+      " RETURNING saga_id, lease_owner, lease_epoch, lease_expires_ms, updated_ms";
+
+  struct Claimed {
+    Lease lease;
+    int64_t updated_ms = 0;
+  };
+  Result<std::vector<Claimed>> claimed = Run<std::vector<Claimed>>(
+      "ClaimSagas for " + Quote(owner), /*write=*/true,
+      [&](pqxx::transaction_base& tx) -> Result<std::vector<Claimed>> {
+        std::vector<Claimed> out;
+        for (const pqxx::row& r : tx.exec_params(sql, pqxx::prepare::make_dynamic_params(wanted),
+                                                 owner, lease_ms, limit)) {
+          Claimed c;
+          c.lease.saga_id = FieldText(r[0]);
+          c.lease.owner = FieldText(r[1]);
+          c.lease.epoch = r[2].as<int64_t>();
+          c.lease.expires_ms = r[3].as<int64_t>();
+          c.updated_ms = r[4].as<int64_t>();
+          out.push_back(std::move(c));
+        }
+        return out;
+      });
+  if (!claimed.ok()) return claimed.status();
+  // RETURNING has no order: oldest first, ties by the bytes of the id.
+  std::sort(claimed->begin(), claimed->end(), [](const Claimed& a, const Claimed& b) {
+    return a.updated_ms != b.updated_ms ? a.updated_ms < b.updated_ms
+                                        : a.lease.saga_id < b.lease.saga_id;
+  });
+  std::vector<Lease> out;
+  out.reserve(claimed->size());
+  for (Claimed& c : *claimed) out.push_back(std::move(c.lease));
+  return out;
+}
+
+Result<Lease> PgStore::ClaimSaga(const std::string& saga_id, const std::string& owner,
+                                 int64_t lease_ms) {
+  if (owner.empty()) return Status::InvalidArgument("ClaimSaga: owner is empty");
+  IDEM_RETURN_IF_ERROR(CheckText(owner, "ClaimSaga: owner"));
+  if (lease_ms <= 0) {
+    return Status::InvalidArgument("ClaimSaga: lease_ms must be positive, got " +
+                                   std::to_string(lease_ms));
+  }
+  if (HasNul(saga_id)) return SagaNotFound(saga_id);
+  return Run<Lease>("ClaimSaga " + Quote(saga_id) + " for " + Quote(owner), /*write=*/true,
+                    [&](pqxx::transaction_base& tx) -> Result<Lease> {
+                      // Waits for the row (unlike ClaimSagas): a commit in flight ends soon.
+                      pqxx::result r = tx.exec_prepared(kClaimSaga.name, saga_id, owner, lease_ms);
+                      if (r.empty()) {
+                        pqxx::result held = tx.exec_prepared(kLeaseHolder.name, saga_id);
+                        if (held.empty()) return SagaNotFound(saga_id);
+                        return Status::Aborted("saga " + Quote(saga_id) + " is leased to " +
+                                               Quote(FieldText(held[0][0])) + " until " +
+                                               std::to_string(held[0][1].as<int64_t>()));
+                      }
+                      Lease l;
+                      l.saga_id = saga_id;
+                      l.owner = FieldText(r[0][0]);
+                      l.epoch = r[0][1].as<int64_t>();
+                      l.expires_ms = r[0][2].as<int64_t>();
+                      return l;
+                    });
+}
+
+Status PgStore::UpdateLease(const char* what, const Lease& lease, int64_t lease_ms, bool release) {
+  if (!release && lease_ms <= 0) {
+    return Status::InvalidArgument(std::string(what) + ": lease_ms must be positive, got " +
+                                   std::to_string(lease_ms));
+  }
+  if (HasNul(lease.saga_id)) return SagaNotFound(lease.saga_id);
+  IDEM_RETURN_IF_ERROR(CheckText(lease.owner, std::string(what) + ": owner"));
+  const std::string op = std::string(what) + " of saga " + Quote(lease.saga_id);
   Result<bool> done =
       Run<bool>(op, /*write=*/true, [&](pqxx::transaction_base& tx) -> Result<bool> {
-        // The saga's row lock serialises commits to one saga, as SQLite's write
-        // lock does: its journal seq order is its commit order.
-        if (tx.exec_prepared(kLockSaga.name, batch.saga_id).empty()) {
-          return SagaNotFound(batch.saga_id);
-        }
-        if (batch.saga_state.has_value()) {
-          tx.exec_prepared(kUpdateSaga.name, *batch.saga_state, batch.saga_reason, updated_ms,
-                           batch.saga_id);
-        }
-        for (const StepRecord& s : batch.steps) {
-          JsonParam args(s.args);
-          JsonParam result(s.result);
-          JsonParam comp_result(s.comp_result);
-          JsonParam phase(s.phase);
-          try {
-            tx.exec_prepared(kUpsertStep.name, batch.saga_id, s.index, s.step_id, s.tool, s.state,
-                             s.attempt, s.step_key, args.Ptr(), s.args_fingerprint, result.Ptr(),
-                             s.external_ref, s.error, s.comp_attempt, comp_result.Ptr(),
-                             static_cast<int64_t>(s.updated_ms), phase.Ptr());
-          } catch (const pqxx::unique_violation& e) {
-            return Status::Conflict("step key " + Quote(s.step_key) + " of step " +
-                                    Quote(s.step_id) + " is used by another step (" +
-                                    OneLine(e.what()) + ")");
-          }
-        }
-        for (const JournalEntry& e : batch.journal) InsertJournal(tx, batch.saga_id, e);
-        if (!batch.consume_token.empty()) {
-          try {
-            tx.exec_prepared(kConsumeToken.name, batch.consume_token, batch.saga_id,
-                             batch.consume_token_step, consumed_ms);
-          } catch (const pqxx::unique_violation&) {
-            return Status::Conflict("commit token already used; nothing of the batch was written");
-          }
-        }
-        for (const EffectRecord& f : batch.effects) {
-          JsonParam result(f.result);
-          try {
-            tx.exec_prepared(kInsertEffect.name, f.idempotency_key, batch.saga_id, f.step_id,
-                             f.kind, f.tool, result.Ptr(), f.external_ref,
-                             static_cast<int64_t>(f.at_ms));
-          } catch (const pqxx::unique_violation&) {
-            return Status::Conflict("effect idempotency key " + Quote(f.idempotency_key) +
-                                    " is already recorded; nothing of the batch was written");
-          }
+        pqxx::result r =
+            release ? tx.exec_prepared(kReleaseLease.name, lease.saga_id, lease.owner, lease.epoch)
+                    : tx.exec_prepared(kRenewLease.name, lease.saga_id, lease.owner, lease.epoch,
+                                       lease_ms);
+        if (r.affected_rows() == 0) {
+          if (!SagaExists(tx, lease.saga_id)) return SagaNotFound(lease.saga_id);
+          return Status::Aborted("lease lost: saga " + Quote(lease.saga_id) +
+                                 " is no longer leased to " + Quote(lease.owner) + " at epoch " +
+                                 std::to_string(lease.epoch));
         }
         return true;
       });
   return done.status();
+}
+
+Status PgStore::RenewLease(const Lease& lease, int64_t lease_ms) {
+  return UpdateLease("RenewLease", lease, lease_ms, /*release=*/false);
+}
+
+Status PgStore::ReleaseLease(const Lease& lease) {
+  return UpdateLease("ReleaseLease", lease, 0, /*release=*/true);
 }
 
 // ---- Reads ------------------------------------------------------------------

@@ -33,6 +33,29 @@
 // as possibly done (it is safe to repeat: intents are idempotent and effect
 // keys unique).
 //
+// Leases: expiry is judged by the server's clock (clock_timestamp()), never by
+// this process's. ClaimSagas is one UPDATE over a SELECT ... FOR UPDATE SKIP
+// LOCKED, so concurrent claimers (threads or processes) never get the same
+// saga; a saga whose row is locked by a commit in flight is skipped this time.
+// ClaimSagas and ClaimSaga: kInvalidArgument for no states, an empty owner,
+// lease_ms <= 0 or limit <= 0. Release keeps the owner and epoch and sets the
+// expiry to 0, so that the saga is claimable at once.
+// Fencing: a batch with a fence_epoch locks the saga's row and commits only if
+// its lease epoch still equals it. Only the epoch decides: a lease that
+// expired but was not claimed again still lets its holder write (and renew),
+// since nobody else can have written in between.
+//
+// Group commit (`group_commit`, on by default): Commit calls that arrive while
+// another is writing queue up, and the next writer (the leader) runs up to
+// `max_group_batches` of them in one transaction, ordered by saga id (a lock
+// order, so that groups of several stores cannot deadlock), each inside its
+// own SAVEPOINT: one batch's failure (kConflict, fence kAborted, kNotFound,
+// kInvalidArgument) rolls back that batch alone and the others still commit.
+// Every caller gets its own status only after the shared COMMIT returned, or
+// after an unknown outcome was resolved (as above) for the whole group.
+// Contention or a lost connection runs the whole group again. With one caller
+// at a time nothing changes: a group of one is the plain transaction.
+//
 // Thread safety: every method may be called from several threads at once; each
 // call holds one connection of the pool (at most `pool_size`, made lazily) and
 // waits up to `acquire_timeout_ms` for one, then kUnavailable.
@@ -45,10 +68,14 @@
 //
 // @warning Never build SQL text from values: every value is a bound parameter.
 
+#include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <vector>
 
 #include "storage/store.h"
 
@@ -69,6 +96,10 @@ struct PgOptions {
   /// read and right before COMMIT is sent, with the backend pid of the
   /// transaction's connection (e.g. to pg_terminate_backend it).
   std::function<void(int backend_pid)> before_commit_hook;
+  /// Concurrent Commit calls share transactions (see above).
+  bool group_commit = true;
+  /// Most batches in one group transaction (>= 1).
+  int max_group_batches = 64;
 };
 
 /// Counters of the recovery paths, for tests and diagnostics.
@@ -79,7 +110,11 @@ struct PgStats {
   int64_t commits_in_doubt = 0;       ///< the connection broke during COMMIT
   int64_t resolved_committed = 0;
   int64_t resolved_aborted = 0;
-  int64_t unresolved = 0;  ///< still unknown after resolve_timeout_ms
+  int64_t unresolved = 0;           ///< still unknown after resolve_timeout_ms
+  int64_t commit_batches = 0;       ///< WriteBatches Commit ran in a transaction
+  int64_t commit_transactions = 0;  ///< transactions Commit ran, retries included
+  int64_t largest_group = 0;        ///< most batches in one transaction
+  int64_t commits_queued = 0;       ///< Commit calls waiting for a leader now
 };
 
 class PgStore : public Store {
@@ -105,21 +140,45 @@ class PgStore : public Store {
   Result<std::vector<JournalEntry>> ReadJournal(const std::string& saga_id) override;
   Result<std::vector<EffectRecord>> ListEffects(const std::string& saga_id) override;
   int SchemaVersion() override;
+  Result<std::vector<Lease>> ClaimSagas(const std::vector<std::string>& states,
+                                        const std::string& owner, int64_t lease_ms,
+                                        int limit) override;
+  /// Also claims a saga whose live lease `owner` itself holds, with a new
+  /// epoch (an owner restarted under the same name fences its old writes).
+  Result<Lease> ClaimSaga(const std::string& saga_id, const std::string& owner,
+                          int64_t lease_ms) override;
+  Status RenewLease(const Lease& lease, int64_t lease_ms) override;
+  Status ReleaseLease(const Lease& lease) override;
 
-  /// A snapshot of the recovery counters.
+  /// A snapshot of the recovery and Commit counters.
   PgStats Stats() const;
 
   class Pool;  ///< internal: the connection pool, defined in pg_store.cc
 
  private:
+  struct PendingCommit;
+
   PgStore(PgOptions options, std::unique_ptr<Pool> pool, int schema_version);
 
   template <typename T, typename Body>
   Result<T> Run(const std::string& op, bool write, Body&& body);
 
+  // Runs `group` (one batch or several) in one transaction and sets each
+  // one's status.
+  void CommitGroup(std::vector<PendingCommit*> group);
+  // Extends (`release` false: to now + lease_ms) or gives up (expiry 0) the
+  // lease if it is still held: kAborted if lost, kNotFound if no such saga.
+  Status UpdateLease(const char* what, const Lease& lease, int64_t lease_ms, bool release);
+
   const PgOptions options_;
   std::unique_ptr<Pool> pool_;
   const int schema_version_;
+
+  // The group commit queue: callers wait here while a leader writes.
+  std::mutex queue_mu_;
+  std::condition_variable queue_cv_;
+  std::deque<PendingCommit*> queue_;  // GUARDED_BY(queue_mu_)
+  bool leader_active_ = false;        // GUARDED_BY(queue_mu_)
 };
 
 }  // namespace idem::storage

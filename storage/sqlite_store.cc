@@ -117,6 +117,14 @@ CREATE TABLE consumed_tokens (
   at_ms   INTEGER NOT NULL
 );
 )sql",
+    // 3: leases (several workers on one store) and fencing. A free lease has
+    // lease_expires_ms 0; lease_epoch counts the claims.
+    R"sql(
+ALTER TABLE sagas ADD COLUMN lease_owner TEXT NOT NULL DEFAULT '';
+ALTER TABLE sagas ADD COLUMN lease_expires_ms INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE sagas ADD COLUMN lease_epoch INTEGER NOT NULL DEFAULT 0;
+CREATE INDEX sagas_by_state_lease ON sagas (state, lease_expires_ms);
+)sql",
 };
 
 constexpr int kLatestVersion = static_cast<int>(kMigrations.size());
@@ -312,8 +320,13 @@ SagaSummary ReadSummary(SQLite::Statement& q) {
 
 int SqliteStore::LatestSchemaVersion() { return kLatestVersion; }
 
-SqliteStore::SqliteStore(std::unique_ptr<SQLite::Database> db, int schema_version)
-    : db_(std::move(db)), schema_version_(schema_version) {}
+SqliteStore::SqliteStore(std::unique_ptr<SQLite::Database> db, int schema_version,
+                         const SqliteOptions& options)
+    : db_(std::move(db)),
+      schema_version_(schema_version),
+      clock_(options.clock != nullptr ? options.clock : SystemClock::Get()),
+      group_commit_(options.group_commit),
+      max_group_batches_(options.max_group_batches) {}
 
 SqliteStore::~SqliteStore() = default;
 
@@ -333,6 +346,10 @@ Result<std::unique_ptr<SqliteStore>> SqliteStore::Open(const SqliteOptions& opti
   if (options.busy_timeout_ms < 0) {
     return Status::InvalidArgument("SQLite store: busy_timeout_ms must be >= 0, got " +
                                    std::to_string(options.busy_timeout_ms));
+  }
+  if (options.max_group_batches < 1) {
+    return Status::InvalidArgument("SQLite store: max_group_batches must be >= 1, got " +
+                                   std::to_string(options.max_group_batches));
   }
   const std::string op = "open SQLite store " + Quote(options.path);
   return Guarded<Result<std::unique_ptr<SqliteStore>>>(
@@ -364,7 +381,7 @@ Result<std::unique_ptr<SqliteStore>> SqliteStore::Open(const SqliteOptions& opti
         if (!version.ok()) {
           return Status(version.status().code(), op + ": " + version.status().message());
         }
-        return std::unique_ptr<SqliteStore>(new SqliteStore(std::move(db), *version));
+        return std::unique_ptr<SqliteStore>(new SqliteStore(std::move(db), *version, options));
       });
 }
 
@@ -480,7 +497,136 @@ Result<CreateOutcome> SqliteStore::CreateIntent(const NewSaga& saga) {
   });
 }
 
-Status SqliteStore::Commit(const WriteBatch& batch) {
+namespace {
+
+Status LeaseLost(const std::string& saga_id, int64_t epoch, int64_t fence) {
+  return Status::Aborted("lease lost: saga " + Quote(saga_id) + " is at lease epoch " +
+                         std::to_string(epoch) + ", the batch is fenced on epoch " +
+                         std::to_string(fence) + "; nothing of the batch was written");
+}
+
+// Writes one batch inside the caller's transaction. A non-OK status means the
+// caller must roll the batch back (some of it may have been written); SQLite
+// errors other than constraint violations are thrown.
+Status ApplyBatch(SQLite::Database& db, const WriteBatch& batch, int64_t now_ms) {
+  {
+    // The IMMEDIATE transaction holds the write lock: the epoch read here
+    // cannot change before COMMIT.
+    SQLite::Statement q(db, "SELECT lease_epoch FROM sagas WHERE saga_id = ?");
+    q.bind(1, batch.saga_id);
+    if (!q.executeStep()) return SagaNotFound(batch.saga_id);
+    const int64_t epoch = q.getColumn(0).getInt64();
+    if (batch.fence_epoch != 0 && epoch != batch.fence_epoch) {
+      return LeaseLost(batch.saga_id, epoch, batch.fence_epoch);
+    }
+  }
+
+  if (batch.saga_state.has_value()) {
+    int64_t updated_ms = 0;
+    for (const JournalEntry& e : batch.journal) updated_ms = std::max(updated_ms, e.at_ms);
+    if (updated_ms <= 0) updated_ms = now_ms;
+    SQLite::Statement up(db,
+                         "UPDATE sagas SET state = ?, reason = ?, updated_ms = ? "
+                         "WHERE saga_id = ?");
+    up.bind(1, *batch.saga_state);
+    up.bind(2, batch.saga_reason);
+    up.bind(3, static_cast<int64_t>(updated_ms));
+    up.bind(4, batch.saga_id);
+    up.exec();
+  }
+
+  if (!batch.steps.empty()) {
+    SQLite::Statement up(
+        db,
+        "INSERT INTO steps (saga_id, idx, step_id, tool, state, attempt, step_key, args,"
+        " args_fingerprint, result, external_ref, error, comp_attempt, comp_result, updated_ms,"
+        " phase)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+        " ON CONFLICT (saga_id, idx) DO UPDATE SET"
+        " step_id = excluded.step_id, tool = excluded.tool, state = excluded.state,"
+        " attempt = excluded.attempt, step_key = excluded.step_key, args = excluded.args,"
+        " args_fingerprint = excluded.args_fingerprint, result = excluded.result,"
+        " external_ref = excluded.external_ref, error = excluded.error,"
+        " comp_attempt = excluded.comp_attempt, comp_result = excluded.comp_result,"
+        " updated_ms = excluded.updated_ms, phase = excluded.phase");
+    for (const StepRecord& s : batch.steps) {
+      up.reset();
+      up.bind(1, batch.saga_id);
+      up.bind(2, s.index);
+      up.bind(3, s.step_id);
+      up.bind(4, s.tool);
+      up.bind(5, s.state);
+      up.bind(6, s.attempt);
+      up.bind(7, s.step_key);
+      BindJson(up, 8, s.args);
+      up.bind(9, s.args_fingerprint);
+      BindJson(up, 10, s.result);
+      up.bind(11, s.external_ref);
+      up.bind(12, s.error);
+      up.bind(13, s.comp_attempt);
+      BindJson(up, 14, s.comp_result);
+      up.bind(15, static_cast<int64_t>(s.updated_ms));
+      BindJson(up, 16, s.phase);
+      try {
+        up.exec();
+      } catch (const SQLite::Exception& e) {
+        if (!IsConstraint(e)) throw;
+        return Status::Conflict("step key " + Quote(s.step_key) + " of step " + Quote(s.step_id) +
+                                " is used by another step (" + e.what() + ")");
+      }
+    }
+  }
+
+  if (!batch.journal.empty()) {
+    SQLite::Statement ins(db, kInsertJournalSql);
+    for (const JournalEntry& e : batch.journal) InsertJournal(ins, batch.saga_id, e);
+  }
+
+  if (!batch.consume_token.empty()) {
+    SQLite::Statement ins(db,
+                          "INSERT INTO consumed_tokens (nonce, saga_id, step_id, at_ms)"
+                          " VALUES (?, ?, ?, ?)");
+    ins.bind(1, batch.consume_token);
+    ins.bind(2, batch.saga_id);
+    ins.bind(3, batch.consume_token_step);
+    ins.bind(4, static_cast<int64_t>(now_ms));
+    try {
+      ins.exec();
+    } catch (const SQLite::Exception& e) {
+      if (!IsConstraint(e)) throw;
+      return Status::Conflict("commit token already used; nothing of the batch was written");
+    }
+  }
+
+  if (!batch.effects.empty()) {
+    SQLite::Statement ins(db,
+                          "INSERT INTO effects (idempotency_key, saga_id, step_id, kind, tool,"
+                          " result, external_ref, at_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?)");
+    for (const EffectRecord& f : batch.effects) {
+      ins.reset();
+      ins.bind(1, f.idempotency_key);
+      ins.bind(2, batch.saga_id);
+      ins.bind(3, f.step_id);
+      ins.bind(4, f.kind);
+      ins.bind(5, f.tool);
+      BindJson(ins, 6, f.result);
+      ins.bind(7, f.external_ref);
+      ins.bind(8, static_cast<int64_t>(f.at_ms));
+      try {
+        ins.exec();
+      } catch (const SQLite::Exception& e) {
+        if (!IsConstraint(e)) throw;
+        return Status::Conflict("effect idempotency key " + Quote(f.idempotency_key) +
+                                " is already recorded; nothing of the batch was written");
+      }
+    }
+  }
+
+  return Status::Ok();
+}
+
+// Every caller's batch validated before it joins a group.
+Status CheckBatch(const WriteBatch& batch) {
   if (batch.saga_id.empty()) return Status::InvalidArgument("Commit: saga_id is empty");
   auto check_owner = [&](const std::string& id, const char* what, size_t i) -> Status {
     if (id.empty() || id == batch.saga_id) return Status::Ok();
@@ -497,119 +643,244 @@ Status SqliteStore::Commit(const WriteBatch& batch) {
   for (size_t i = 0; i < batch.effects.size(); ++i) {
     IDEM_RETURN_IF_ERROR(check_owner(batch.effects[i].saga_id, "effects", i));
   }
+  return Status::Ok();
+}
 
-  const std::string op = "Commit to saga " + Quote(batch.saga_id);
-  return Guarded<Status>(op, [&]() -> Status {
+}  // namespace
+
+/// One Commit call waiting in (or led through) the group commit queue.
+struct SqliteStore::PendingCommit {
+  const WriteBatch* batch = nullptr;
+  Status status;
+  bool done = false;  // GUARDED_BY(queue_mu_)
+};
+
+Status SqliteStore::Commit(const WriteBatch& batch) {
+  IDEM_RETURN_IF_ERROR(CheckBatch(batch));
+  PendingCommit me;
+  me.batch = &batch;
+  if (!group_commit_) {
+    CommitGroup({&me});
+    return me.status;
+  }
+  // Leader/follower: whoever finds no writer at work becomes the leader and
+  // writes what is queued (its own batch among it, unless the queue is
+  // longer than a group); the others wait for their `done`.
+  std::unique_lock<std::mutex> lock(queue_mu_);
+  queue_.push_back(&me);
+  for (;;) {
+    if (me.done) return me.status;
+    if (leader_active_) {
+      queue_cv_.wait(lock);
+      continue;
+    }
+    leader_active_ = true;
+    std::vector<PendingCommit*> group;
+    while (!queue_.empty() && static_cast<int>(group.size()) < max_group_batches_) {
+      group.push_back(queue_.front());
+      queue_.pop_front();
+    }
+    lock.unlock();
+    try {
+      CommitGroup(group);
+    } catch (const std::exception& e) {  // bad_alloc: never leave the queue leaderless
+      for (PendingCommit* p : group)
+        p->status = Status::Internal("Commit: " + std::string(e.what()));
+    }
+    lock.lock();
+    for (PendingCommit* p : group) p->done = true;
+    leader_active_ = false;
+    queue_cv_.notify_all();
+  }
+}
+
+void SqliteStore::CommitGroup(const std::vector<PendingCommit*>& group) {
+  const bool single = group.size() == 1;
+  const std::string op = single
+                             ? "Commit to saga " + Quote(group[0]->batch->saga_id)
+                             : "Commit of a group of " + std::to_string(group.size()) + " batches";
+  auto failure = Guarded<Status>(op, [&]() -> Status {
     std::lock_guard<std::mutex> lock(mu_);
     SQLite::Database& db = *db_;
+    const int64_t now_ms = clock_->NowMs();
+    commit_transactions_.fetch_add(1);
     // Not committed means rolled back, on every return and every throw.
     SQLite::Transaction tx(db, SQLite::TransactionBehavior::IMMEDIATE);
-    if (!SagaExists(db, batch.saga_id)) return SagaNotFound(batch.saga_id);
-
-    if (batch.saga_state.has_value()) {
-      int64_t updated_ms = 0;
-      for (const JournalEntry& e : batch.journal) updated_ms = std::max(updated_ms, e.at_ms);
-      if (updated_ms <= 0) updated_ms = SystemClock::Get()->NowMs();
-      SQLite::Statement up(db,
-                           "UPDATE sagas SET state = ?, reason = ?, updated_ms = ? "
-                           "WHERE saga_id = ?");
-      up.bind(1, *batch.saga_state);
-      up.bind(2, batch.saga_reason);
-      up.bind(3, static_cast<int64_t>(updated_ms));
-      up.bind(4, batch.saga_id);
-      up.exec();
-    }
-
-    if (!batch.steps.empty()) {
-      SQLite::Statement up(
-          db,
-          "INSERT INTO steps (saga_id, idx, step_id, tool, state, attempt, step_key, args,"
-          " args_fingerprint, result, external_ref, error, comp_attempt, comp_result, updated_ms,"
-          " phase)"
-          " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-          " ON CONFLICT (saga_id, idx) DO UPDATE SET"
-          " step_id = excluded.step_id, tool = excluded.tool, state = excluded.state,"
-          " attempt = excluded.attempt, step_key = excluded.step_key, args = excluded.args,"
-          " args_fingerprint = excluded.args_fingerprint, result = excluded.result,"
-          " external_ref = excluded.external_ref, error = excluded.error,"
-          " comp_attempt = excluded.comp_attempt, comp_result = excluded.comp_result,"
-          " updated_ms = excluded.updated_ms, phase = excluded.phase");
-      for (const StepRecord& s : batch.steps) {
-        up.reset();
-        up.bind(1, batch.saga_id);
-        up.bind(2, s.index);
-        up.bind(3, s.step_id);
-        up.bind(4, s.tool);
-        up.bind(5, s.state);
-        up.bind(6, s.attempt);
-        up.bind(7, s.step_key);
-        BindJson(up, 8, s.args);
-        up.bind(9, s.args_fingerprint);
-        BindJson(up, 10, s.result);
-        up.bind(11, s.external_ref);
-        up.bind(12, s.error);
-        up.bind(13, s.comp_attempt);
-        BindJson(up, 14, s.comp_result);
-        up.bind(15, static_cast<int64_t>(s.updated_ms));
-        BindJson(up, 16, s.phase);
-        try {
-          up.exec();
-        } catch (const SQLite::Exception& e) {
-          if (!IsConstraint(e)) throw;
-          return Status::Conflict("step key " + Quote(s.step_key) + " of step " + Quote(s.step_id) +
-                                  " is used by another step (" + e.what() + ")");
-        }
+    if (single) {
+      group[0]->status = ApplyBatch(db, *group[0]->batch, now_ms);
+      if (!group[0]->status.ok()) return Status::Ok();  // rolled back; the status is set
+    } else {
+      for (PendingCommit* p : group) {
+        db.exec("SAVEPOINT idem_batch");
+        p->status = ApplyBatch(db, *p->batch, now_ms);
+        if (!p->status.ok()) db.exec("ROLLBACK TO idem_batch");
+        db.exec("RELEASE idem_batch");
       }
     }
-
-    if (!batch.journal.empty()) {
-      SQLite::Statement ins(db, kInsertJournalSql);
-      for (const JournalEntry& e : batch.journal) InsertJournal(ins, batch.saga_id, e);
-    }
-
-    if (!batch.consume_token.empty()) {
-      SQLite::Statement ins(db,
-                            "INSERT INTO consumed_tokens (nonce, saga_id, step_id, at_ms)"
-                            " VALUES (?, ?, ?, ?)");
-      ins.bind(1, batch.consume_token);
-      ins.bind(2, batch.saga_id);
-      ins.bind(3, batch.consume_token_step);
-      ins.bind(4, static_cast<int64_t>(SystemClock::Get()->NowMs()));
-      try {
-        ins.exec();
-      } catch (const SQLite::Exception& e) {
-        if (!IsConstraint(e)) throw;
-        return Status::Conflict("commit token already used; nothing of the batch was written");
-      }
-    }
-
-    if (!batch.effects.empty()) {
-      SQLite::Statement ins(db,
-                            "INSERT INTO effects (idempotency_key, saga_id, step_id, kind, tool,"
-                            " result, external_ref, at_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?)");
-      for (const EffectRecord& f : batch.effects) {
-        ins.reset();
-        ins.bind(1, f.idempotency_key);
-        ins.bind(2, batch.saga_id);
-        ins.bind(3, f.step_id);
-        ins.bind(4, f.kind);
-        ins.bind(5, f.tool);
-        BindJson(ins, 6, f.result);
-        ins.bind(7, f.external_ref);
-        ins.bind(8, static_cast<int64_t>(f.at_ms));
-        try {
-          ins.exec();
-        } catch (const SQLite::Exception& e) {
-          if (!IsConstraint(e)) throw;
-          return Status::Conflict("effect idempotency key " + Quote(f.idempotency_key) +
-                                  " is already recorded; nothing of the batch was written");
-        }
-      }
-    }
-
     tx.commit();
     return Status::Ok();
   });
+  if (!failure.ok()) {
+    // The transaction itself failed: nothing of any batch was written.
+    for (PendingCommit* p : group) p->status = failure;
+    return;
+  }
+  commit_batches_.fetch_add(static_cast<int64_t>(group.size()));
+  int64_t largest = largest_group_.load();
+  while (static_cast<int64_t>(group.size()) > largest &&
+         !largest_group_.compare_exchange_weak(largest, static_cast<int64_t>(group.size()))) {
+  }
+}
+
+SqliteStats SqliteStore::Stats() const {
+  SqliteStats s;
+  s.commit_batches = commit_batches_.load();
+  s.commit_transactions = commit_transactions_.load();
+  s.largest_group = largest_group_.load();
+  return s;
+}
+
+// ---- Leases -------------------------------------------------------------------
+//
+// Each call is one IMMEDIATE transaction, so claims from several threads or
+// processes are serialised by the database write lock: no saga is claimed
+// twice, and the epoch read back is the one written.
+
+Result<std::vector<Lease>> SqliteStore::ClaimSagas(const std::vector<std::string>& states,
+                                                   const std::string& owner, int64_t lease_ms,
+                                                   int limit) {
+  if (states.empty()) return Status::InvalidArgument("ClaimSagas: no states given");
+  if (owner.empty()) return Status::InvalidArgument("ClaimSagas: owner is empty");
+  if (lease_ms <= 0) {
+    return Status::InvalidArgument("ClaimSagas: lease_ms must be positive, got " +
+                                   std::to_string(lease_ms));
+  }
+  if (limit <= 0) {
+    return Status::InvalidArgument("ClaimSagas: limit must be positive, got " +
+                                   std::to_string(limit));
+  }
+  // Only placeholders are appended, one per state; the values are bound.
+  std::string sql =
+      "SELECT saga_id, lease_epoch FROM sagas WHERE lease_expires_ms < ? AND state IN (?";
+  for (size_t i = 1; i < states.size(); ++i) sql += ", ?";
+  sql += ") ORDER BY updated_ms, saga_id LIMIT ?";
+
+  return Guarded<Result<std::vector<Lease>>>(
+      "ClaimSagas for " + Quote(owner), [&]() -> Result<std::vector<Lease>> {
+        std::lock_guard<std::mutex> lock(mu_);
+        SQLite::Database& db = *db_;
+        SQLite::Transaction tx(db, SQLite::TransactionBehavior::IMMEDIATE);
+        const int64_t now_ms = clock_->NowMs();
+        std::vector<Lease> out;
+        {
+          SQLite::Statement q(db, sql);
+          int i = 1;
+          q.bind(i++, static_cast<int64_t>(now_ms));
+          for (const std::string& state : states) q.bind(i++, state);
+          q.bind(i, limit);
+          while (q.executeStep()) {
+            Lease l;
+            l.saga_id = ColumnText(q, 0);
+            l.owner = owner;
+            l.epoch = q.getColumn(1).getInt64() + 1;
+            l.expires_ms = now_ms + lease_ms;
+            out.push_back(std::move(l));
+          }
+        }
+        SQLite::Statement up(db,
+                             "UPDATE sagas SET lease_owner = ?, lease_expires_ms = ?,"
+                             " lease_epoch = ? WHERE saga_id = ?");
+        for (const Lease& l : out) {
+          up.reset();
+          up.bind(1, owner);
+          up.bind(2, static_cast<int64_t>(l.expires_ms));
+          up.bind(3, static_cast<int64_t>(l.epoch));
+          up.bind(4, l.saga_id);
+          up.exec();
+        }
+        tx.commit();
+        return out;
+      });
+}
+
+Result<Lease> SqliteStore::ClaimSaga(const std::string& saga_id, const std::string& owner,
+                                     int64_t lease_ms) {
+  if (owner.empty()) return Status::InvalidArgument("ClaimSaga: owner is empty");
+  if (lease_ms <= 0) {
+    return Status::InvalidArgument("ClaimSaga: lease_ms must be positive, got " +
+                                   std::to_string(lease_ms));
+  }
+  return Guarded<Result<Lease>>(
+      "ClaimSaga " + Quote(saga_id) + " for " + Quote(owner), [&]() -> Result<Lease> {
+        std::lock_guard<std::mutex> lock(mu_);
+        SQLite::Database& db = *db_;
+        SQLite::Transaction tx(db, SQLite::TransactionBehavior::IMMEDIATE);
+        const int64_t now_ms = clock_->NowMs();
+        Lease l;
+        {
+          SQLite::Statement q(
+              db, "SELECT lease_owner, lease_expires_ms, lease_epoch FROM sagas WHERE saga_id = ?");
+          q.bind(1, saga_id);
+          if (!q.executeStep()) return SagaNotFound(saga_id);
+          const std::string holder = ColumnText(q, 0);
+          const int64_t expires_ms = q.getColumn(1).getInt64();
+          if (expires_ms >= now_ms && holder != owner) {
+            return Status::Aborted("saga " + Quote(saga_id) + " is leased to " + Quote(holder) +
+                                   " until " + std::to_string(expires_ms));
+          }
+          l.saga_id = saga_id;
+          l.owner = owner;
+          l.epoch = q.getColumn(2).getInt64() + 1;
+          l.expires_ms = now_ms + lease_ms;
+        }
+        SQLite::Statement up(db,
+                             "UPDATE sagas SET lease_owner = ?, lease_expires_ms = ?,"
+                             " lease_epoch = ? WHERE saga_id = ?");
+        up.bind(1, owner);
+        up.bind(2, static_cast<int64_t>(l.expires_ms));
+        up.bind(3, static_cast<int64_t>(l.epoch));
+        up.bind(4, saga_id);
+        up.exec();
+        tx.commit();
+        return l;
+      });
+}
+
+Status SqliteStore::UpdateLease(const char* what, const Lease& lease, int64_t lease_ms,
+                                bool release) {
+  if (!release && lease_ms <= 0) {
+    return Status::InvalidArgument(std::string(what) + ": lease_ms must be positive, got " +
+                                   std::to_string(lease_ms));
+  }
+  const std::string op = std::string(what) + " of saga " + Quote(lease.saga_id);
+  return Guarded<Status>(op, [&]() -> Status {
+    std::lock_guard<std::mutex> lock(mu_);
+    SQLite::Database& db = *db_;
+    SQLite::Transaction tx(db, SQLite::TransactionBehavior::IMMEDIATE);
+    SQLite::Statement up(db,
+                         "UPDATE sagas SET lease_expires_ms = ?"
+                         " WHERE saga_id = ? AND lease_owner = ? AND lease_epoch = ?");
+    up.bind(1, static_cast<int64_t>(release ? 0 : clock_->NowMs() + lease_ms));
+    up.bind(2, lease.saga_id);
+    up.bind(3, lease.owner);
+    up.bind(4, static_cast<int64_t>(lease.epoch));
+    if (up.exec() == 0) {
+      if (!SagaExists(db, lease.saga_id)) return SagaNotFound(lease.saga_id);
+      return Status::Aborted("lease lost: saga " + Quote(lease.saga_id) +
+                             " is no longer leased to " + Quote(lease.owner) + " at epoch " +
+                             std::to_string(lease.epoch));
+    }
+    tx.commit();
+    return Status::Ok();
+  });
+}
+
+Status SqliteStore::RenewLease(const Lease& lease, int64_t lease_ms) {
+  return UpdateLease("RenewLease", lease, lease_ms, /*release=*/false);
+}
+
+Status SqliteStore::ReleaseLease(const Lease& lease) {
+  return UpdateLease("ReleaseLease", lease, 0, /*release=*/true);
 }
 
 // ---- Reads ------------------------------------------------------------------

@@ -13,6 +13,25 @@
 // rather than written to by older code. The journal table is append-only:
 // triggers abort any UPDATE or DELETE of its rows.
 //
+// Leases: expiry is judged by `SqliteOptions::clock` (the process clock by
+// default); see Store for the contract. ClaimSagas and ClaimSaga:
+// kInvalidArgument for no states, an empty owner, lease_ms <= 0 or limit <= 0.
+// Release keeps the owner and epoch and sets the expiry to 0, so that the saga
+// is claimable at once. Fencing: a batch with a fence_epoch commits only
+// while the saga's lease epoch still equals it. Only the epoch decides: a
+// lease that expired but was not claimed again still lets its holder write
+// (and renew), since nobody else can have written in between.
+//
+// Group commit (`group_commit`, on by default): Commit calls that arrive while
+// another is writing queue up, and the next writer runs up to
+// `max_group_batches` of them in one transaction, each batch inside its own
+// SAVEPOINT, so that one batch's failure (kConflict, kAborted, kNotFound)
+// rolls back that batch alone. One COMMIT, so one WAL fsync, for the group;
+// every caller returns only after that COMMIT, with its own batch's status.
+// A failure of the transaction itself (a busy or broken database, any SQLite
+// error other than a constraint violation) fails every batch of the group,
+// and nothing of any of them is written.
+//
 // Thread safety: one connection guarded by a mutex; every method may be called
 // from several threads at once, and they run one at a time. Several processes
 // (or several SqliteStore objects) may open the same file: writes take the
@@ -23,11 +42,18 @@
 // SQLite failures to kInternal carrying SQLite's message. No exception leaves
 // a method of this class.
 
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "storage/store.h"
+
+#include "common/clock.h"
 
 namespace SQLite {  // NOLINT(readability-identifier-naming): SQLiteCpp's name
 class Database;
@@ -43,6 +69,20 @@ struct SqliteOptions {
   std::string synchronous = "FULL";
   /// How long a write waits for another connection's lock before kUnavailable.
   int busy_timeout_ms = 5000;
+  /// The clock that judges leases and stamps times the caller did not give;
+  /// nullptr: SystemClock::Get(). Not owned; must outlive the store.
+  Clock* clock = nullptr;
+  /// Concurrent Commit calls share transactions (see above).
+  bool group_commit = true;
+  /// Most batches in one group transaction (>= 1).
+  int max_group_batches = 64;
+};
+
+/// Counters of Commit, for tests and diagnostics.
+struct SqliteStats {
+  int64_t commit_batches = 0;       ///< WriteBatches run in a transaction
+  int64_t commit_transactions = 0;  ///< transactions Commit began
+  int64_t largest_group = 0;        ///< most batches in one transaction
 };
 
 /// The settings a connection actually runs with, read back from SQLite.
@@ -78,16 +118,51 @@ class SqliteStore : public Store {
   Result<std::vector<JournalEntry>> ReadJournal(const std::string& saga_id) override;
   Result<std::vector<EffectRecord>> ListEffects(const std::string& saga_id) override;
   int SchemaVersion() override;
+  Result<std::vector<Lease>> ClaimSagas(const std::vector<std::string>& states,
+                                        const std::string& owner, int64_t lease_ms,
+                                        int limit) override;
+  /// Also claims a saga whose live lease `owner` itself holds, with a new
+  /// epoch (an owner restarted under the same name fences its old writes).
+  Result<Lease> ClaimSaga(const std::string& saga_id, const std::string& owner,
+                          int64_t lease_ms) override;
+  Status RenewLease(const Lease& lease, int64_t lease_ms) override;
+  Status ReleaseLease(const Lease& lease) override;
+
+  /// A snapshot of the Commit counters.
+  SqliteStats Stats() const;
 
   /// The PRAGMA values of this store's connection (for diagnostics and tests).
   Result<SqliteSettings> EffectiveSettings();
 
  private:
-  SqliteStore(std::unique_ptr<SQLite::Database> db, int schema_version);
+  struct PendingCommit;
+
+  SqliteStore(std::unique_ptr<SQLite::Database> db, int schema_version,
+              const SqliteOptions& options);
+
+  // Runs `group` (one batch or several) in one transaction and sets each
+  // one's status.
+  void CommitGroup(const std::vector<PendingCommit*>& group);
+  // Extends (`release` false: to now + lease_ms) or gives up (expiry 0) the
+  // lease if it is still held: kAborted if lost, kNotFound if no such saga.
+  Status UpdateLease(const char* what, const Lease& lease, int64_t lease_ms, bool release);
 
   std::mutex mu_;
   std::unique_ptr<SQLite::Database> db_;  // GUARDED_BY(mu_)
   const int schema_version_;
+  Clock* const clock_;
+  const bool group_commit_;
+  const int max_group_batches_;
+
+  // The group commit queue: callers wait here while a leader writes.
+  std::mutex queue_mu_;
+  std::condition_variable queue_cv_;
+  std::deque<PendingCommit*> queue_;  // GUARDED_BY(queue_mu_)
+  bool leader_active_ = false;        // GUARDED_BY(queue_mu_)
+
+  std::atomic<int64_t> commit_batches_{0};
+  std::atomic<int64_t> commit_transactions_{0};
+  std::atomic<int64_t> largest_group_{0};
 };
 
 }  // namespace idem::storage

@@ -129,6 +129,19 @@ struct WriteBatch {
   /// it fails with kConflict and writes nothing.
   std::string consume_token;
   std::string consume_token_step;
+  /// Fencing: when non-zero, the batch commits only if the saga's lease
+  /// epoch still equals it (the writer still holds the lease); otherwise
+  /// kAborted ("lease lost") and nothing is written.
+  int64_t fence_epoch = 0;
+};
+
+/// A saga claimed by a worker: it may drive the saga while its lease holds,
+/// and every write it makes is fenced on `epoch`.
+struct Lease {
+  std::string saga_id;
+  std::string owner;
+  int64_t epoch = 0;
+  int64_t expires_ms = 0;  ///< in the store's clock
 };
 
 struct SagaFilter {
@@ -168,6 +181,32 @@ class Store {
 
   /// The version of the schema the database is at after migrations.
   virtual int SchemaVersion() = 0;
+
+  // ---- leases: several workers sharing one store
+  //
+  // A lease is (owner, expiry, epoch) on a saga. Claiming bumps the epoch,
+  // so a worker that lost its lease (expired, then claimed by another) finds
+  // every fenced write refused. Expiry is judged by the store's clock (the
+  // database server's for PostgreSQL), never by the worker's.
+
+  /// Claims up to `limit` sagas in one of `states` whose lease is free or
+  /// expired, for `owner`, for `lease_ms`; oldest first. Concurrent claimers
+  /// never get the same saga (PostgreSQL: FOR UPDATE SKIP LOCKED).
+  virtual Result<std::vector<Lease>> ClaimSagas(const std::vector<std::string>& states,
+                                                const std::string& owner, int64_t lease_ms,
+                                                int limit) = 0;
+
+  /// Claims one saga by id, whatever its state, if its lease is free or
+  /// expired. kAborted if another owner holds it; kNotFound if absent.
+  virtual Result<Lease> ClaimSaga(const std::string& saga_id, const std::string& owner,
+                                  int64_t lease_ms) = 0;
+
+  /// Extends a held lease by `lease_ms` from now. kAborted if the saga's
+  /// epoch or owner changed (the lease was lost), kNotFound if absent.
+  virtual Status RenewLease(const Lease& lease, int64_t lease_ms) = 0;
+
+  /// Gives a held lease up (expiry now). kAborted if it was already lost.
+  virtual Status ReleaseLease(const Lease& lease) = 0;
 };
 
 /// Opens a store from a locator: a file path or "sqlite:PATH" for SQLite;

@@ -1,4 +1,5 @@
-// Crash tests: RELIABILITY.md section 2, rows 1-4, with the H5 checker.
+// Crash tests: RELIABILITY.md section 2, rows 1-4 and 13-16, with the H5
+// checker.
 //
 // Each test spawns the real `travel-booking` binary with IDEM_FAILPOINT armed
 // (H1), checks that it died by SIGKILL at the named boundary, runs `recover`
@@ -6,13 +7,24 @@
 // the providers' ledger (read directly with the sqlite3 C API):
 //   - per key, ledger effects <= 1 (no duplicate effect);
 //   - exactly one action effect per step the journal says succeeded, none for
-//     steps that never ran or failed, exactly one undo per compensated step;
+//     steps that never ran, failed or wait for a person, exactly one undo per
+//     compensated step;
 //   - no ledger effect the journal does not account for (orphan = 0);
-//   - every saga the client started exists (lost = 0) and is terminal, or
-//     needs attention with a reason.
+//   - every saga the client started exists (lost = 0) and is terminal, needs
+//     attention with a reason, or waits for a person's approval of a step.
+//
+// The trip's last step, charge_payment, is two-phase with human approval:
+// `run` previews it and ends with the saga awaiting_approval (exit 7); the
+// commit runs in a second process, `approve TOKEN` (the token read from
+// `approvals --json`), or `reject TOKEN` rolls the saga back. So failpoints of
+// the payment's commit (step.after_submitted, provider.after_apply, ...,
+// saga.*_terminal) fire in the `approve` process, counted from 1 there.
+// Wherever a saga waits after `run` or `recover`, the test approves it through
+// the CLI and goes on checking.
+//
 // Row 4 (nested kills) picks its failpoints from a seeded std::mt19937_64
 // (seed printed; set IDEM_CRASH_SEED to replay or explore). The expected
-// failpoint hits of a recovery come from a small model of the engine
+// failpoint hits of a process come from a small model of the engine
 // (`Predictor`), so a failpoint that does not fire where it should is an error.
 //
 // At exit the process prints `crash sweep: N crashes injected, D duplicate
@@ -177,11 +189,17 @@ std::vector<std::string> ChildEnvironment(const std::string& failpoint) {
   return env;
 }
 
-/// Runs argv[0] with posix_spawn, stdout to `out`, stderr to `err` (the same
-/// file is fine: both are opened for append), and waits for it.
-ProcessExit Spawn(const std::vector<std::string>& argv, const std::vector<std::string>& env,
-                  const fs::path& out, const fs::path& err) {
-  ProcessExit result;
+/// A started child process.
+struct Child {
+  pid_t pid = -1;
+  std::string error;  ///< spawn failure
+};
+
+/// Starts argv[0] with posix_spawn, stdout to `out`, stderr to `err` (the
+/// same file is fine: both are opened for append); does not wait.
+Child StartChild(const std::vector<std::string>& argv, const std::vector<std::string>& env,
+                 const fs::path& out, const fs::path& err) {
+  Child child;
   std::vector<char*> args;
   for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
@@ -198,17 +216,26 @@ ProcessExit Spawn(const std::vector<std::string>& argv, const std::vector<std::s
                                    O_WRONLY | O_CREAT | O_APPEND, 0644);
   posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, err_path.c_str(),
                                    O_WRONLY | O_CREAT | O_APPEND, 0644);
-  pid_t pid = 0;
-  int rc = posix_spawn(&pid, args[0], &actions, nullptr, args.data(), envp.data());
+  int rc = posix_spawn(&child.pid, args[0], &actions, nullptr, args.data(), envp.data());
   posix_spawn_file_actions_destroy(&actions);
   if (rc != 0) {
-    result.error = std::string("posix_spawn: ") + std::strerror(rc);
+    child.pid = -1;
+    child.error = std::string("posix_spawn: ") + std::strerror(rc);
+  }
+  return child;
+}
+
+/// Waits for a child started by StartChild.
+ProcessExit WaitChild(const Child& child) {
+  ProcessExit result;
+  if (child.pid < 0) {
+    result.error = child.error;
     return result;
   }
   int status = 0;
   pid_t w;
   do {
-    w = waitpid(pid, &status, 0);
+    w = waitpid(child.pid, &status, 0);
   } while (w < 0 && errno == EINTR);
   if (w < 0) {
     result.error = std::string("waitpid: ") + std::strerror(errno);
@@ -322,6 +349,40 @@ bool ReadLedger(const fs::path& path, LedgerView* view, std::string* error) {
   return ok;
 }
 
+/// The first column of the first row of `sql` (with text `binds`) against the
+/// SQLite database at `path`, as text ("" when there is no row or it is NULL).
+/// For what the CLI does not show: a step's commit token, spent tokens.
+bool QueryText(const fs::path& path, const std::string& sql, const std::vector<std::string>& binds,
+               std::string* out, std::string* error) {
+  out->clear();
+  sqlite3* db = nullptr;
+  if (sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE, nullptr) != SQLITE_OK) {
+    *error = "open " + path.string() + ": " + (db ? sqlite3_errmsg(db) : "out of memory");
+    sqlite3_close(db);
+    return false;
+  }
+  sqlite3_busy_timeout(db, 10'000);
+  sqlite3_stmt* stmt = nullptr;
+  bool ok = sqlite3_prepare_v2(db, sql.c_str(), -1, &stmt, nullptr) == SQLITE_OK;
+  for (size_t i = 0; ok && i < binds.size(); ++i) {
+    ok = sqlite3_bind_text(stmt, static_cast<int>(i) + 1, binds[i].c_str(), -1, SQLITE_TRANSIENT) ==
+         SQLITE_OK;
+  }
+  if (ok) {
+    int rc = sqlite3_step(stmt);
+    if (rc == SQLITE_ROW) {
+      const unsigned char* t = sqlite3_column_text(stmt, 0);
+      if (t != nullptr) *out = reinterpret_cast<const char*>(t);
+    } else if (rc != SQLITE_DONE) {
+      ok = false;
+    }
+  }
+  if (!ok) *error = sql + ": " + sqlite3_errmsg(db);
+  sqlite3_finalize(stmt);
+  sqlite3_close(db);
+  return ok;
+}
+
 // ---- the H5 checker
 
 struct Verdict {
@@ -353,6 +414,15 @@ struct Verdict {
 
 bool IsTerminal(const std::string& state) {
   return state == "succeeded" || state == "compensated" || state == "failed";
+}
+
+/// A saga may wait for a person only while one of its steps does.
+bool WaitsForApproval(const Json& saga) {
+  if (saga.value("state", "") != "awaiting_approval") return false;
+  for (const Json& st : saga.value("steps", Json::array())) {
+    if (st.value("state", "") == "awaiting_approval") return true;
+  }
+  return false;
 }
 
 /// Joins the journal of every saga with the ledger (RELIABILITY.md H5).
@@ -388,10 +458,12 @@ void CheckInvariants(int expected_sagas, Verdict* v) {
     const std::string sid = saga.value("saga_id", "");
     const std::string state = saga.value("state", "");
     const std::string reason = saga.value("reason", "");
-    if (!IsTerminal(state) && !(state == "needs_attention" && !reason.empty())) {
+    if (!IsTerminal(state) && !(state == "needs_attention" && !reason.empty()) &&
+        !WaitsForApproval(saga)) {
       ++v->lost;
       violation("saga " + sid + " is stuck in state \"" + state + "\" (reason \"" + reason +
-                "\"): not terminal, nor needs_attention with a reason");
+                "\"): not terminal, nor needs_attention with a reason, nor waiting for the "
+                "approval of a step");
     }
     for (const Json& st : saga.value("steps", Json::array())) {
       const std::string step = sid + "/" + st.value("id", "?");
@@ -422,7 +494,8 @@ void CheckInvariants(int expected_sagas, Verdict* v) {
       } else if (s == "compensated") {
         want("action", a, null_comp ? 0 : 1, null_comp ? 0 : 1);
         want("compensation", c, null_comp ? 0 : 1, null_comp ? 0 : 1);
-      } else if (s == "planned" || s == "failed") {
+      } else if (s == "planned" || s == "failed" || s == "previewed" ||
+                 s == "awaiting_approval") {  // a preview has no effect
         want("action", a, 0, 0);
         want("compensation", c, 0, 0);
       } else if (s == "submitted" || s == "unknown" || s == "needs_attention") {
@@ -444,7 +517,8 @@ void CheckInvariants(int expected_sagas, Verdict* v) {
     auto undo = undo_owner.find({tool, e.key});
     bool owned = false;
     if (act != action_owner.end()) {
-      owned = act->second != "planned" && act->second != "failed";
+      owned = act->second != "planned" && act->second != "failed" && act->second != "previewed" &&
+              act->second != "awaiting_approval";
     } else if (undo != undo_owner.end()) {
       owned = undo->second == "compensating" || undo->second == "compensated" ||
               undo->second == "compensation_failed";
@@ -558,6 +632,26 @@ TEST(CrashCheckerTest, FindsLostAndStuckSagas) {
   EXPECT_EQ(silent.lost, 1) << silent.Report();
 }
 
+TEST(CrashCheckerTest, WaitingForApprovalIsNotLost) {
+  Verdict v;
+  v.sagas.push_back(SyntheticSaga("awaiting_approval",
+                                  {"succeeded", "succeeded", "succeeded", "awaiting_approval"}));
+  for (int i = 0; i < 3; ++i) AddEffect(&v, kTrip[i].action, std::string("sg_x/") + kTrip[i].id);
+  CheckInvariants(1, &v);
+  EXPECT_TRUE(v.violations.empty()) << v.Report();
+
+  AddEffect(&v, "payments.charge", "sg_x/charge_payment");  // charged before the approval
+  CheckInvariants(1, &v);
+  EXPECT_EQ(v.orphans, 1) << v.Report();
+  EXPECT_FALSE(v.violations.empty());
+
+  Verdict nothing_waits;  // awaiting_approval, yet no step waits
+  nothing_waits.sagas.push_back(
+      SyntheticSaga("awaiting_approval", {"planned", "planned", "planned", "planned"}));
+  CheckInvariants(1, &nothing_waits);
+  EXPECT_EQ(nothing_waits.lost, 1) << nothing_waits.Report();
+}
+
 // ---- a model of the engine: which failpoints a run or a recovery hits
 
 struct ModelStep {
@@ -565,12 +659,13 @@ struct ModelStep {
   int attempt = 0;
   bool applied = false;       ///< the ledger has the action's effect
   bool undo_applied = false;  ///< the ledger has the compensation's effect
+  std::string decision;       ///< two-phase: "approved" or "rejected" (of the current preview)
 };
 
 struct Model {
   std::string saga = "pending";
   std::vector<ModelStep> steps = std::vector<ModelStep>(kSteps);
-  bool reject_payment = false;  ///< --fault payments.charge=reject
+  bool reject_payment = false;  ///< --fault payments.charge=reject (on every process)
 };
 
 struct Prediction {
@@ -578,25 +673,51 @@ struct Prediction {
   std::string final_state;
 };
 
+// Resends after a status lookup confirmed the key absent (engine.cc,
+// kMaxConfirmedAbsentAttempts); ordinary attempts are max(2, max_attempts) = 2.
+constexpr int kMaxConfirmedAbsentAttempts = 5;
+
 /// Mirrors saga/engine.cc against the travel providers without faults other
 /// than a rejected payment: the failpoints a process reaches, from `m`, when
-/// nothing kills it. Write tools get max(2, max_attempts) = 2 attempts.
+/// nothing kills it. One Predictor can follow several processes in turn.
 class Predictor {
  public:
   explicit Predictor(Model m) : m_(std::move(m)) {}
 
-  Prediction Run() {
-    if (m_.saga == "pending") {
-      Hit("saga.after_start");
-      m_.saga = "running";
-    }
-    if (m_.saga == "running") Forward();
-    if (m_.saga == "compensating") Rollback();
+  /// A `run` or `recover` process (Engine::Run on the saga).
+  Prediction Drive() {
+    hits_.clear();
+    DriveSaga();
     return {hits_, m_.saga};
   }
 
+  /// An `approve` (or `reject`) process on the step's current token
+  /// (Engine::Decide). A refused decision (nothing waits) hits nothing.
+  Prediction Decide(bool approve) {
+    hits_.clear();
+    ModelStep& pay = m_.steps[kPaymentStep];
+    if (pay.decision.empty()) {
+      if (m_.saga != "awaiting_approval" || pay.state != "awaiting_approval") {
+        return {hits_, m_.saga};
+      }
+      pay.decision = approve ? "approved" : "rejected";
+      m_.saga = "running";  // journaled with the decision
+      Hit("approval.after_commit");
+    } else if (m_.saga != "running" && m_.saga != "awaiting_approval") {
+      return {hits_, m_.saga};  // a replay: the recorded outcome
+    }
+    DriveSaga();
+    return {hits_, m_.saga};
+  }
+
+  /// The decision a person can take now: the saga waits, undecided.
+  bool Undecided() const {
+    return m_.saga == "awaiting_approval" && m_.steps[kPaymentStep].decision.empty();
+  }
+  const Model& model() const { return m_; }
+
  private:
-  enum class End { kSucceeded, kFailed, kParked };
+  enum class End { kSucceeded, kFailed, kParked, kWaiting };
 
   void Hit(const char* name) { hits_.emplace_back(name); }
   void Terminal(const char* state) {
@@ -605,11 +726,27 @@ class Predictor {
     m_.saga = state;
   }
 
+  void DriveSaga() {
+    if (m_.saga == "pending") {
+      Hit("saga.after_start");
+      m_.saga = "running";
+    }
+    if (m_.saga == "awaiting_approval" && !m_.steps[kPaymentStep].decision.empty()) {
+      m_.saga = "running";  // the approval is settled: go on
+    }
+    if (m_.saga == "running") Forward();
+    if (m_.saga == "compensating") Rollback();
+  }
+
   void Forward() {
     for (int i = 0;; ++i) {
       while (i < kSteps && m_.steps[i].state == "succeeded") ++i;
       if (i == kSteps) return Terminal("succeeded");
       End e = DriveStep(i, /*rolling_back=*/false);
+      if (e == End::kWaiting) {
+        m_.saga = "awaiting_approval";  // no failpoint around this commit
+        return;
+      }
       if (e == End::kParked) return Terminal("needs_attention");
       if (e == End::kFailed) {
         if (NextUndo() >= 0) {
@@ -653,6 +790,9 @@ class Predictor {
     if (st.state == "succeeded") return End::kSucceeded;
     if (st.state == "failed") return End::kFailed;
     if (st.state == "needs_attention") return End::kParked;
+    if (i == kPaymentStep && (st.state == "planned" || st.state == "awaiting_approval")) {
+      return TwoPhase(i);
+    }
     if (st.state == "planned") {
       Hit("step.before_submitted");
       st.state = "submitted";
@@ -665,6 +805,29 @@ class Predictor {
       Hit("unknown.after_recorded");
     }
     return Resolve(i, rolling_back);
+  }
+
+  /// The payment (AdvanceTwoPhase): preview and wait; once decided, spend the
+  /// token with `submitted` and call, or fail on a rejection.
+  End TwoPhase(int i) {
+    ModelStep& st = m_.steps[i];
+    if (st.state == "planned") {
+      Hit("preview.after_call");
+      st.state = "awaiting_approval";
+      st.decision.clear();
+      Hit("preview.after_journal");
+      return End::kWaiting;
+    }
+    if (st.decision.empty()) return End::kWaiting;
+    if (st.decision == "rejected") {
+      st.state = "failed";
+      Hit("step.after_outcome");
+      return End::kFailed;
+    }
+    ++st.attempt;
+    st.state = "submitted";
+    Hit("step.after_submitted");
+    return Call(i);
   }
 
   End Call(int i) {
@@ -693,7 +856,7 @@ class Predictor {
         Hit("step.after_outcome");
         return End::kSucceeded;
       }
-      if (!rolling_back && st.attempt < 2) {
+      if (!rolling_back && st.attempt < kMaxConfirmedAbsentAttempts) {
         ++st.attempt;
         st.state = "submitted";
         Hit("step.after_submitted");
@@ -746,21 +909,47 @@ bool Reaches(const std::vector<std::string>& hits, const std::string& name, int 
 // ---- the fixture
 
 /// `recover`'s exit code for one saga found in `before` and left in `after`.
-/// Recover resumes only pending, running and compensating sagas. CmdRecover
-/// (cli.cc) exits 4 when a resumed saga needs attention and 0 otherwise:
-/// unlike `run`, it does not report a rolled-back saga as kExitRolledBack.
+/// Recover resumes pending, running, compensating and awaiting_approval
+/// sagas. CmdRecover (cli.cc) exits 4 when a resumed saga needs attention, 3
+/// when one was rolled back, and 0 otherwise: a saga left waiting for a
+/// person is normal.
 int RecoverExitFor(const std::string& before, const std::string& after) {
-  bool resumed = before == "pending" || before == "running" || before == "compensating";
-  if (!resumed || after == "succeeded") return cli::kExitOk;
+  bool resumed = before == "pending" || before == "running" || before == "compensating" ||
+                 before == "awaiting_approval";
+  if (!resumed || after == "succeeded" || after == "awaiting_approval") return cli::kExitOk;
   if (after == "needs_attention") return cli::kExitNeedsAttention;
   return cli::kExitRolledBack;
 }
 
-/// `run`'s exit code for a saga that ends in `state` (cli.h).
+/// The exit code of `run`, `approve` or `reject` for a saga that ends in
+/// `state` (cli.h).
 int RunExitFor(const std::string& state) {
   if (state == "succeeded") return cli::kExitOk;
   if (state == "needs_attention") return cli::kExitNeedsAttention;
+  if (state == "awaiting_approval") return cli::kExitAwaitingApproval;
   return cli::kExitRolledBack;
+}
+
+/// The decision journaled for `step` since its latest preview: "approved",
+/// "rejected" or "".
+std::string DecisionOf(const Json& saga, const std::string& step) {
+  std::string decision;
+  for (const Json& e : saga.value("journal", Json::array())) {
+    if (e.value("step", "") != step) continue;
+    const std::string event = e.value("event", "");
+    if (event == "previewed") decision.clear();
+    if (event == "approved" || event == "rejected") decision = event;
+  }
+  return decision;
+}
+
+/// How many times `event` was journaled for `step`.
+int JournalCount(const Json& saga, const std::string& step, const std::string& event) {
+  int n = 0;
+  for (const Json& e : saga.value("journal", Json::array())) {
+    n += e.value("step", "") == step && e.value("event", "") == event;
+  }
+  return n;
 }
 
 class CrashTest : public testing::Test {
@@ -792,36 +981,56 @@ class CrashTest : public testing::Test {
     fs::remove_all(dir_, ec);
   }
 
-  /// Runs travel-booking with `args` after the global options; stdout and
+  /// A travel-booking process started by Start.
+  struct Started {
+    Child child;
+    std::string command;
+    fs::path log;
+  };
+
+  /// Starts travel-booking with `args` after the global options; stdout and
   /// stderr go to a log file of their own, kept with the test's temp dir.
-  ProcessExit Travel(const std::vector<std::string>& args, const std::string& failpoint = "",
-                     const std::vector<std::string>& faults = {}, const fs::path& stdout_to = {}) {
+  Started Start(const std::vector<std::string>& args, const std::string& failpoint = "",
+                const std::vector<std::string>& faults = {}, const fs::path& stdout_to = {}) {
     std::vector<std::string> argv = {kBinary, "--db", db_.string()};
     for (const auto& f : faults) {
       argv.push_back("--fault");
       argv.push_back(f);
     }
     argv.insert(argv.end(), args.begin(), args.end());
-    std::string command = failpoint.empty() ? "" : "IDEM_FAILPOINT='" + failpoint + "' ";
-    command += "travel-booking";
-    for (size_t i = 1; i < argv.size(); ++i) command += " " + argv[i];
+    Started s;
+    s.command = failpoint.empty() ? "" : "IDEM_FAILPOINT='" + failpoint + "' ";
+    s.command += "travel-booking";
+    for (size_t i = 1; i < argv.size(); ++i) s.command += " " + argv[i];
 
     char name[32];
     std::snprintf(name, sizeof(name), "%02zu-%s.log", logs_.size() + 1, args.front().c_str());
-    fs::path log = dir_ / name;
-    { std::ofstream(log) << "$ " << command << "\n"; }
-    logs_.push_back(log);
-    ProcessExit e =
-        Spawn(argv, ChildEnvironment(failpoint), stdout_to.empty() ? log : stdout_to, log);
-    e.command = command;
-    e.output = ReadText(log);
+    s.log = dir_ / name;
+    { std::ofstream(s.log) << "$ " << s.command << "\n"; }
+    logs_.push_back(s.log);
+    s.child =
+        StartChild(argv, ChildEnvironment(failpoint), stdout_to.empty() ? s.log : stdout_to, s.log);
+    return s;
+  }
+
+  /// Waits for a process started by Start.
+  static ProcessExit Finish(const Started& s) {
+    ProcessExit e = WaitChild(s.child);
+    e.command = s.command;
+    e.output = ReadText(s.log);
     {
-      std::ofstream(log, std::ios::app)
+      std::ofstream(s.log, std::ios::app)
           << "["
           << (e.signaled ? "signal " + std::to_string(e.signal) : "exit " + std::to_string(e.code))
           << "]\n";
     }
     return e;
+  }
+
+  /// Runs travel-booking with `args` and waits for it.
+  ProcessExit Travel(const std::vector<std::string>& args, const std::string& failpoint = "",
+                     const std::vector<std::string>& faults = {}, const fs::path& stdout_to = {}) {
+    return Finish(Start(args, failpoint, faults, stdout_to));
   }
 
   ProcessExit Run(const std::string& failpoint, const std::vector<std::string>& faults,
@@ -836,6 +1045,77 @@ class CrashTest : public testing::Test {
 
   ProcessExit Recover(const std::string& failpoint, const std::vector<std::string>& faults) {
     return Travel({"recover"}, failpoint, faults);
+  }
+
+  static std::vector<std::string> ApproveArgs(const std::string& token) {
+    return {"approve", token, "--as", "maria", "--note", "within budget"};
+  }
+  static std::vector<std::string> RejectArgs(const std::string& token) {
+    return {"reject", token, "--as", "maria", "--reason", "too expensive"};
+  }
+
+  /// `approve TOKEN` (or `reject TOKEN` when `approve` is false).
+  ProcessExit Decide(const std::string& token, bool approve = true,
+                     const std::string& failpoint = "",
+                     const std::vector<std::string>& faults = {}) {
+    return Travel(approve ? ApproveArgs(token) : RejectArgs(token), failpoint, faults);
+  }
+
+  /// `approvals --json`: the commits waiting for a person.
+  bool PendingApprovals(Json* pending) {
+    std::string error;
+    if (!ReadJson({"approvals", "--json"}, pending, &error) || !pending->is_array()) {
+      ADD_FAILURE() << "approvals --json: " << error << " " << pending->dump();
+      return false;
+    }
+    return true;
+  }
+
+  /// The token of the one pending approval, which must be the payment's.
+  bool OnePendingToken(std::string* token) {
+    Json pending;
+    if (!PendingApprovals(&pending)) return false;
+    if (pending.size() != 1 || pending[0].value("step", "") != kTrip[kPaymentStep].id ||
+        pending[0].value("token", "").empty()) {
+      ADD_FAILURE() << "want exactly one pending approval, of charge_payment: " << pending.dump(2);
+      return false;
+    }
+    *token = pending[0].value("token", "");
+    return true;
+  }
+
+  /// `run` to the approval: the saga waits (exit 7), and its one token.
+  bool RunToApproval(const std::vector<std::string>& faults, std::string* token) {
+    ProcessExit run = Run("", faults);
+    if (!run.Exited(cli::kExitAwaitingApproval)) {
+      ADD_FAILURE() << "run should wait for approval: " << run;
+      return false;
+    }
+    return OnePendingToken(token);
+  }
+
+  /// The commit token the journal holds for the payment step of `saga_id`
+  /// ("" when the step has no preview), read from the journal database.
+  std::string JournaledToken(const std::string& saga_id) {
+    std::string phase, error;
+    if (!QueryText(db_, "SELECT phase FROM steps WHERE saga_id = ? AND step_id = ?",
+                   {saga_id, kTrip[kPaymentStep].id}, &phase, &error)) {
+      ADD_FAILURE() << error;
+      return "";
+    }
+    Json j = Json::parse(phase, nullptr, /*allow_exceptions=*/false);
+    return j.is_object() ? j.value("token", "") : "";
+  }
+
+  /// How many commit tokens of `saga_id` were spent.
+  int SpentTokens(const std::string& saga_id) {
+    std::string n, error;
+    if (!QueryText(db_, "SELECT COUNT(*) FROM consumed_tokens WHERE saga_id = ?", {saga_id}, &n,
+                   &error)) {
+      ADD_FAILURE() << error;
+      return -1;
+    }
+    return std::atoi(n.c_str());
   }
 
   /// True, and counted as an injected crash, when `e` died by SIGKILL.
@@ -886,14 +1166,16 @@ class CrashTest : public testing::Test {
     return true;
   }
 
-  /// Observes, runs the H5 checker and adds its counts to the sweep totals.
-  Verdict Check(int expected_sagas) {
+  /// Observes, runs the H5 checker and (with `count`: once per scenario, at
+  /// its end) adds its counts to the sweep totals.
+  Verdict Check(int expected_sagas, bool count = true) {
     Verdict v;
     if (!Observe(&v)) {
       v.violations.push_back("could not observe the journal and the ledger");
       return v;
     }
     CheckInvariants(expected_sagas, &v);
+    if (!count) return v;
     Totals().duplicates += v.duplicates;
     Totals().lost += v.lost;
     Totals().orphans += v.orphans;
@@ -923,6 +1205,7 @@ class CrashTest : public testing::Test {
       const std::string key = st.value("key", "");
       ms.applied = v->ledger.Effects(kTrip[i].action, key) > 0;
       ms.undo_applied = v->ledger.Effects(kTrip[i].undo, CompensationKey(key)) > 0;
+      ms.decision = DecisionOf(saga, kTrip[i].id);
     }
     return true;
   }
@@ -947,7 +1230,10 @@ struct BoundaryState {
 };
 
 BoundaryState ForwardBoundary(const std::string& fp) {
-  if (fp == "step.before_submitted") return {"planned", 0};
+  if (fp == "step.before_submitted" || fp == "preview.after_call") return {"planned", 0};
+  if (fp == "preview.after_journal" || fp == "approval.after_commit") {
+    return {"awaiting_approval", 0};
+  }
   if (fp == "step.after_submitted") return {"submitted", 0};
   if (fp == "provider.after_apply" || fp == "step.after_call") return {"submitted", 1};
   if (fp == "unknown.after_recorded") return {"unknown", 1};  // with a lose_response fault
@@ -966,34 +1252,42 @@ BoundaryState UndoBoundary(const std::string& fp) {
 struct ForwardCase {
   const char* failpoint;
   int nth;
-  const char* fault;           ///< for the crashing run only ("" for none)
-  const char* expected_state;  ///< after recovery
+  const char* fault;           ///< for the crashing process only ("" for none)
+  const char* expected_state;  ///< at the end: after recovery, and the approval if it waits
+  bool in_approve;             ///< fires in `approve` (the payment's commit), after `run` waited
 };
 
 std::vector<ForwardCase> ForwardCases() {
-  std::vector<ForwardCase> out = {{"saga.after_start", 1, "", "succeeded"}};
+  std::vector<ForwardCase> out = {{"saga.after_start", 1, "", "succeeded", false}};
   for (const char* fp : {"step.before_submitted", "step.after_submitted", "provider.after_apply",
                          "step.after_call", "step.after_outcome"}) {
-    for (int n = 1; n <= kSteps; ++n) {
+    for (int n = 1; n < kSteps; ++n) {
       // The car (step 3) has neither keys nor status: left submitted without
       // an outcome, it can only be parked for a person.
       bool car_uncertain = n == 3 && std::string(fp) != "step.before_submitted" &&
                            std::string(fp) != "step.after_outcome";
-      out.push_back({fp, n, "", car_uncertain ? "needs_attention" : "succeeded"});
+      out.push_back({fp, n, "", car_uncertain ? "needs_attention" : "succeeded", false});
+    }
+    // The payment commits in `approve` (its first step failpoints there); a
+    // two-phase step has no step.before_submitted: the approval is its
+    // boundary (CrashApprovalTest).
+    if (std::string(fp) != "step.before_submitted") {
+      out.push_back({fp, 1, "", "succeeded", true});
     }
   }
-  out.push_back({"saga.before_terminal", 1, "", "succeeded"});
-  out.push_back({"saga.after_terminal", 1, "", "succeeded"});
+  out.push_back({"saga.before_terminal", 1, "", "succeeded", true});
+  out.push_back({"saga.after_terminal", 1, "", "succeeded", true});
   // unknown.after_recorded is reached only when a call's outcome is unknown.
-  out.push_back({"unknown.after_recorded", 1, "flights.reserve=lose_response", "succeeded"});
-  out.push_back({"unknown.after_recorded", 1, "hotels.book=lose_response", "succeeded"});
-  out.push_back({"unknown.after_recorded", 1, "cars.rent=lose_response", "needs_attention"});
+  out.push_back({"unknown.after_recorded", 1, "flights.reserve=lose_response", "succeeded", false});
+  out.push_back({"unknown.after_recorded", 1, "hotels.book=lose_response", "succeeded", false});
+  out.push_back({"unknown.after_recorded", 1, "cars.rent=lose_response", "needs_attention", false});
+  out.push_back({"unknown.after_recorded", 1, "payments.charge=lose_response", "succeeded", true});
   return out;
 }
 
 void PrintTo(const ForwardCase& c, std::ostream* os) {
-  *os << c.failpoint << "=kill@" << c.nth << (*c.fault ? std::string(" --fault ") + c.fault : "")
-      << " => " << c.expected_state;
+  *os << (c.in_approve ? "approve: " : "run: ") << c.failpoint << "=kill@" << c.nth
+      << (*c.fault ? std::string(" --fault ") + c.fault : "") << " => " << c.expected_state;
 }
 
 class CrashForwardTest : public CrashTest, public testing::WithParamInterface<ForwardCase> {};
@@ -1006,18 +1300,32 @@ TEST_P(CrashForwardTest, KillRecoverCheck) {
   // The step the failpoint fires in (step failpoints), from the fault's tool
   // for unknown.after_recorded.
   int target = -1;
-  if (fp.rfind("step.", 0) == 0 || fp.rfind("provider.", 0) == 0) target = c.nth - 1;
+  if (fp.rfind("step.", 0) == 0 || fp.rfind("provider.", 0) == 0) {
+    target = c.in_approve ? kPaymentStep : c.nth - 1;
+  }
   for (int i = 0; i < kSteps && !faults.empty(); ++i) {
     if (faults[0].rfind(std::string(kTrip[i].action) + "=", 0) == 0) target = i;
   }
 
-  // The model used by the nested tests agrees the failpoint is reached.
+  // The model used by the nested tests agrees the failpoint is reached, in
+  // the process it is armed in.
   if (faults.empty()) {
-    Prediction whole = Predictor(Model()).Run();
-    EXPECT_TRUE(Reaches(whole.hits, fp, c.nth)) << Join(whole.hits, ", ");
+    Predictor p{Model()};
+    Prediction run = p.Drive();
+    EXPECT_EQ(run.final_state, "awaiting_approval");
+    Prediction armed = c.in_approve ? p.Decide(/*approve=*/true) : run;
+    EXPECT_TRUE(Reaches(armed.hits, fp, c.nth)) << Join(armed.hits, ", ");
   }
 
-  ProcessExit crash = Run(fp + "=kill@" + std::to_string(c.nth), faults);
+  const std::string kill = fp + "=kill@" + std::to_string(c.nth);
+  std::string token;
+  ProcessExit crash;
+  if (c.in_approve) {
+    ASSERT_TRUE(RunToApproval({}, &token));
+    crash = Decide(token, /*approve=*/true, kill, faults);
+  } else {
+    crash = Run(kill, faults);
+  }
   ASSERT_TRUE(Crashed(crash)) << crash;
 
   // The boundary is where its name says.
@@ -1048,16 +1356,34 @@ TEST_P(CrashForwardTest, KillRecoverCheck) {
   } else {
     EXPECT_EQ(before.ledger.effects.size(), static_cast<size_t>(kSteps)) << before.Report();
   }
+  if (c.in_approve) {
+    EXPECT_EQ(DecisionOf(saga0, kTrip[kPaymentStep].id), "approved") << before.Report();
+    EXPECT_EQ(SpentTokens(sid), 1) << "the approval spends its token with `submitted`";
+  }
 
-  if (faults.empty()) {  // and predicts the recovery
+  // A crash before the approval leaves the saga waiting for it again.
+  const std::string after_recovery = std::string(c.expected_state) == "succeeded" && !c.in_approve
+                                         ? "awaiting_approval"
+                                         : c.expected_state;
+  if (faults.empty()) {  // the model predicts the recovery
     Model m;
     Verdict now;
     ASSERT_TRUE(ModelNow(/*reject_payment=*/false, &m, &now));
-    EXPECT_EQ(Predictor(m).Run().final_state, c.expected_state);
+    EXPECT_EQ(Predictor(m).Drive().final_state, after_recovery);
   }
 
   ProcessExit rec = Recover("", {});
-  EXPECT_TRUE(rec.Exited(RecoverExitFor(saga0.value("state", ""), c.expected_state))) << rec;
+  EXPECT_TRUE(rec.Exited(RecoverExitFor(saga0.value("state", ""), after_recovery))) << rec;
+
+  if (after_recovery == "awaiting_approval") {
+    Verdict waiting = Check(1, /*count=*/false);
+    EXPECT_TRUE(waiting.violations.empty()) << waiting.Report();
+    ASSERT_EQ(waiting.sagas.size(), 1u) << waiting.Report();
+    EXPECT_EQ(waiting.sagas[0]["state"], "awaiting_approval") << waiting.Report();
+    ASSERT_TRUE(OnePendingToken(&token)) << waiting.Report();
+    ProcessExit approve = Decide(token);
+    EXPECT_TRUE(approve.Exited(cli::kExitOk)) << approve;
+  }
 
   Verdict v = Check(1);
   EXPECT_TRUE(v.violations.empty()) << v.Report();
@@ -1077,9 +1403,10 @@ TEST_P(CrashForwardTest, KillRecoverCheck) {
     }
   }
 
+  const std::string pay_key = saga["steps"][kPaymentStep].value("key", "");
   if (std::string(c.expected_state) == "needs_attention") {
     // The car: submitted, maybe rented, and no way to know: parked with zero
-    // blind retries, and nothing after it runs.
+    // blind retries, and nothing after it runs (not even the preview).
     const Json& car = saga["steps"][2];
     const std::string key = car.value("key", "");
     const int sent = fp == "step.after_submitted" ? 0 : 1;  // killed before or after the call
@@ -1089,12 +1416,14 @@ TEST_P(CrashForwardTest, KillRecoverCheck) {
     EXPECT_NE(saga.value("reason", "").find(key), std::string::npos)
         << "the reason should name the key a person must check\n"
         << v.Report();
-    EXPECT_EQ(saga["steps"][3]["state"], "planned") << v.Report();
-    EXPECT_EQ(v.ledger.Calls("payments.charge", saga["steps"][3].value("key", "")), 0);
+    EXPECT_EQ(saga["steps"][kPaymentStep]["state"], "planned") << v.Report();
+    EXPECT_EQ(v.ledger.Calls("payments.charge", pay_key), 0) << v.Report();
+    EXPECT_EQ(v.ledger.Calls("payments.preview", pay_key), 0) << v.Report();
   } else {
     for (int i = 0; i < kSteps; ++i) {
       EXPECT_EQ(saga["steps"][i]["state"], "succeeded") << kTrip[i].id << "\n" << v.Report();
     }
+    EXPECT_EQ(SpentTokens(sid), 1) << v.Report();
   }
 
   const BoundaryState b = ForwardBoundary(fp);
@@ -1108,6 +1437,19 @@ TEST_P(CrashForwardTest, KillRecoverCheck) {
     }
     EXPECT_EQ(v.ledger.Effects(kTrip[target].action, key), 1) << v.Report();
   }
+
+  if (c.in_approve) {
+    // Row 16: the approval replayed after the recovery: the recorded
+    // outcome, no new call.
+    ProcessExit again = Decide(token);
+    EXPECT_TRUE(again.Exited(cli::kExitOk)) << again;
+    Verdict replayed = Check(1, /*count=*/false);
+    EXPECT_TRUE(replayed.violations.empty()) << replayed.Report();
+    EXPECT_EQ(replayed.ledger.Calls("payments.charge", pay_key),
+              v.ledger.Calls("payments.charge", pay_key))
+        << replayed.Report();
+    EXPECT_EQ(replayed.ledger.effects.size(), v.ledger.effects.size()) << replayed.Report();
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(CrashForward, CrashForwardTest, testing::ValuesIn(ForwardCases()),
@@ -1115,6 +1457,7 @@ INSTANTIATE_TEST_SUITE_P(CrashForward, CrashForwardTest, testing::ValuesIn(Forwa
                            std::string name = CaseName(std::string(info.param.failpoint) + "_" +
                                                        std::to_string(info.param.nth));
                            if (*info.param.fault != '\0') name += "_" + CaseName(info.param.fault);
+                           if (info.param.in_approve) name += "_in_approve";
                            return name;
                          });
 
@@ -1139,9 +1482,13 @@ TEST_P(CrashIntentTest, ClientRetryMakesOneSaga) {
   EXPECT_TRUE(before.ledger.effects.empty()) << before.Report();
 
   ProcessExit retry = Run("", {}, intent);
-  EXPECT_TRUE(retry.Exited(RunExitFor("succeeded"))) << retry;
+  EXPECT_TRUE(retry.Exited(RunExitFor("awaiting_approval"))) << retry;
   const char* said = committed ? "(existing: same intent key and content" : "(new, intent key";
   EXPECT_NE(retry.output.find(said), std::string::npos) << retry;
+  std::string token;
+  ASSERT_TRUE(OnePendingToken(&token));
+  ProcessExit approve = Decide(token);
+  EXPECT_TRUE(approve.Exited(cli::kExitOk)) << approve;
 
   Verdict v = Check(1);
   EXPECT_TRUE(v.violations.empty()) << v.Report();
@@ -1164,7 +1511,8 @@ INSTANTIATE_TEST_SUITE_P(CrashIntent, CrashIntentTest,
 
 struct UndoCase {
   const char* failpoint;
-  int nth;  ///< the j-th compensation: 1 = the car, 2 = the hotel, 3 = the flight
+  int nth;         ///< the j-th compensation: 1 = the car, 2 = the hotel, 3 = the flight
+  bool by_person;  ///< `reject TOKEN` rolls back; else the card is declined at `approve`
 };
 
 std::vector<UndoCase> UndoCases() {
@@ -1172,13 +1520,15 @@ std::vector<UndoCase> UndoCases() {
   for (const char* fp :
        {"compensation.before_submitted", "compensation.after_submitted", "provider.after_undo",
         "compensation.after_call", "compensation.after_outcome"}) {
-    for (int j = 1; j <= 3; ++j) out.push_back({fp, j});
+    for (int j = 1; j <= 3; ++j) out.push_back({fp, j, false});
+    out.push_back({fp, 1, true});
   }
   return out;
 }
 
 void PrintTo(const UndoCase& c, std::ostream* os) {
-  *os << c.failpoint << "=kill@" << c.nth << " --fault " << kRejectPayment;
+  *os << c.failpoint << "=kill@" << c.nth
+      << (c.by_person ? " in reject" : std::string(" in approve --fault ") + kRejectPayment);
 }
 
 class CrashCompensationTest : public CrashTest, public testing::WithParamInterface<UndoCase> {};
@@ -1186,16 +1536,23 @@ class CrashCompensationTest : public CrashTest, public testing::WithParamInterfa
 TEST_P(CrashCompensationTest, KillRecoverCheck) {
   const UndoCase& c = GetParam();
   const std::string fp = c.failpoint;
-  const std::vector<std::string> faults = {kRejectPayment};
+  std::vector<std::string> faults;
+  if (!c.by_person) faults.push_back(kRejectPayment);
   const int target = kPaymentStep - c.nth;  // undone in reverse order
 
+  // The rollback runs in the process that decides: `approve` (the commit is
+  // refused) or `reject`.
   Model fresh;
-  fresh.reject_payment = true;
-  Prediction whole = Predictor(fresh).Run();
-  EXPECT_TRUE(Reaches(whole.hits, fp, c.nth)) << Join(whole.hits, ", ");
-  EXPECT_EQ(whole.final_state, "compensated");
+  fresh.reject_payment = !c.by_person;
+  Predictor p(fresh);
+  EXPECT_EQ(p.Drive().final_state, "awaiting_approval");
+  Prediction decided = p.Decide(/*approve=*/!c.by_person);
+  EXPECT_TRUE(Reaches(decided.hits, fp, c.nth)) << Join(decided.hits, ", ");
+  EXPECT_EQ(decided.final_state, "compensated");
 
-  ProcessExit crash = Run(fp + "=kill@" + std::to_string(c.nth), faults);
+  std::string token;
+  ASSERT_TRUE(RunToApproval(faults, &token));
+  ProcessExit crash = Decide(token, !c.by_person, fp + "=kill@" + std::to_string(c.nth), faults);
   ASSERT_TRUE(Crashed(crash)) << crash;
 
   Verdict before;
@@ -1238,6 +1595,8 @@ TEST_P(CrashCompensationTest, KillRecoverCheck) {
   }
   const std::string pay_key = saga["steps"][kPaymentStep].value("key", "");
   EXPECT_EQ(v.ledger.Effects("payments.charge", pay_key), 0) << v.Report();
+  // The declined card was called once (and refused); a rejection calls nothing.
+  EXPECT_EQ(v.ledger.Calls("payments.charge", pay_key), c.by_person ? 0 : 1) << v.Report();
   EXPECT_EQ(v.ledger.Calls("payments.refund", CompensationKey(pay_key)), 0) << v.Report();
   EXPECT_EQ(v.ledger.effects.size(), 6u) << v.Report();  // 3 actions, 3 undos
 }
@@ -1245,12 +1604,13 @@ TEST_P(CrashCompensationTest, KillRecoverCheck) {
 INSTANTIATE_TEST_SUITE_P(CrashCompensation, CrashCompensationTest, testing::ValuesIn(UndoCases()),
                          [](const testing::TestParamInfo<UndoCase>& info) {
                            return CaseName(std::string(info.param.failpoint) + "_" +
-                                           std::to_string(info.param.nth));
+                                           std::to_string(info.param.nth)) +
+                                  (info.param.by_person ? "_rejected" : "_declined");
                          });
 
 // ---- row 4: the recovery itself is killed, at seeded random failpoints
 
-constexpr int kNestedCases = 10;
+constexpr int kNestedCases = 30;
 constexpr uint64_t kDefaultSeed = 0x1de3c4a5b00c1e5ULL;
 
 uint64_t BaseSeed() {
@@ -1259,11 +1619,15 @@ uint64_t BaseSeed() {
   return std::strtoull(env, nullptr, 0);
 }
 
-/// A kill at a uniformly chosen hit among the first `limit` of `hits`.
-std::string PickKill(const std::vector<std::string>& hits, size_t limit, std::mt19937_64& rng) {
-  size_t k = std::uniform_int_distribution<size_t>(0, limit - 1)(rng);
+/// A kill at the k-th hit of `hits`.
+std::string KillAt(const std::vector<std::string>& hits, size_t k) {
   auto nth = std::count(hits.begin(), hits.begin() + static_cast<std::ptrdiff_t>(k) + 1, hits[k]);
   return hits[k] + "=kill@" + std::to_string(nth);
+}
+
+/// A kill at a uniformly chosen hit among the first `limit` of `hits`.
+std::string PickKill(const std::vector<std::string>& hits, size_t limit, std::mt19937_64& rng) {
+  return KillAt(hits, std::uniform_int_distribution<size_t>(0, limit - 1)(rng));
 }
 
 class CrashNestedTest : public CrashTest, public testing::WithParamInterface<int> {};
@@ -1276,73 +1640,509 @@ TEST_P(CrashNestedTest, KillRecoveryThenRecover) {
   std::cout << "IDEM_CRASH_SEED=" << seed << " case " << GetParam() << "\n";
   RecordProperty("seed", std::to_string(seed));
 
-  const bool reject = rng() % 2 == 1;
+  // How the person decides: 0 approves, 1 approves and the card is declined
+  // at the commit, 2 rejects.
+  const int mode = static_cast<int>(rng() % 3);
+  const bool reject_payment = mode == 1;
+  const bool approve = mode != 2;
+  const std::string verb = approve ? "approve" : "reject";
   std::vector<std::string> faults;
-  if (reject) faults.push_back(kRejectPayment);
-  std::vector<std::string> chain;
+  if (reject_payment) faults.push_back(kRejectPayment);
+  std::vector<std::string> chain = {mode == 0   ? "(approved)"
+                                    : mode == 1 ? "(approved, card declined)"
+                                                : "(rejected)"};
+  auto where = [&] { return "seed " + std::to_string(seed) + " chain " + Join(chain, " -> "); };
 
-  // The first crash, anywhere but after the terminal commit (which would
-  // leave nothing to recover).
+  // The first crash, in `run` or in the decision, anywhere but after the
+  // terminal commit (which would leave nothing to recover).
   Model fresh;
-  fresh.reject_payment = reject;
-  Prediction first = Predictor(fresh).Run();
-  ASSERT_GE(first.hits.size(), 2u);
-  std::string kill = PickKill(first.hits, first.hits.size() - 1, rng);
-  chain.push_back("run " + kill);
-  ProcessExit crash = Run(kill, faults);
-  ASSERT_TRUE(Crashed(crash)) << "seed " << seed << " chain " << Join(chain, " -> ") << "\n"
-                              << crash;
+  fresh.reject_payment = reject_payment;
+  Predictor whole(fresh);
+  const Prediction run = whole.Drive();
+  const Prediction decided = whole.Decide(approve);
+  ASSERT_EQ(run.final_state, "awaiting_approval");
+  ASSERT_GE(decided.hits.size(), 2u);
+  const size_t k =
+      std::uniform_int_distribution<size_t>(0, run.hits.size() + decided.hits.size() - 2)(rng);
+  std::string token;
+  std::string kill;
+  ProcessExit crash;
+  if (k < run.hits.size()) {
+    kill = KillAt(run.hits, k);
+    chain.push_back("run " + kill);
+    crash = Run(kill, faults);
+  } else {
+    kill = KillAt(decided.hits, k - run.hits.size());
+    ASSERT_TRUE(RunToApproval(faults, &token));
+    chain.push_back("run");
+    chain.push_back(verb + " " + kill);
+    crash = Decide(token, approve, kill, faults);
+  }
+  ASSERT_TRUE(Crashed(crash)) << where() << "\n" << crash;
 
-  // 1-3 recoveries killed in turn, each at a failpoint the model says it reaches.
+  // 1-3 more processes killed in turn, each at a failpoint the model says it
+  // reaches: `recover`, or the person's decision while the saga waits for it.
   const int nested = 1 + static_cast<int>(rng() % 3);
   int nested_done = 0;
-  for (int r = 0; r < nested; ++r) {
+  for (int round = 0; nested_done < nested && round < 8; ++round) {
     Model m;
     Verdict now;
-    ASSERT_TRUE(ModelNow(reject, &m, &now));
-    Prediction p = Predictor(m).Run();
-    if (p.hits.empty()) break;  // the last kill left nothing to do
+    ASSERT_TRUE(ModelNow(reject_payment, &m, &now));
+    Predictor next(m);
+    const bool deciding = next.Undecided();
+    Prediction p = deciding ? next.Decide(approve) : next.Drive();
+    if (deciding) {
+      ASSERT_TRUE(OnePendingToken(&token)) << where();
+    }
+    if (p.hits.empty()) {
+      if (p.final_state == m.saga) break;  // the last kill left nothing to do
+      // No failpoint on the way (a recovery that finds the preview journaled
+      // and only marks the saga waiting): run it whole.
+      chain.push_back("recover");
+      ProcessExit rec = Recover("", faults);
+      ASSERT_TRUE(rec.Exited(RecoverExitFor(m.saga, p.final_state))) << where() << "\n" << rec;
+      continue;
+    }
     kill = PickKill(p.hits, p.hits.size(), rng);
-    chain.push_back("recover " + kill);
-    ProcessExit rec = Recover(kill, faults);
-    ASSERT_TRUE(Crashed(rec)) << "seed " << seed << " chain " << Join(chain, " -> ")
-                              << "\npredicted hits: " << Join(p.hits, ", ") << "\n"
-                              << rec << "\n"
-                              << now.Report();
+    chain.push_back((deciding ? verb : std::string("recover")) + " " + kill);
+    ProcessExit e = deciding ? Decide(token, approve, kill, faults) : Recover(kill, faults);
+    ASSERT_TRUE(Crashed(e)) << where() << "\npredicted hits: " << Join(p.hits, ", ") << "\n"
+                            << e << "\n"
+                            << now.Report();
     ++nested_done;
   }
-  EXPECT_GE(nested_done, 1) << "chain " << Join(chain, " -> ");
+  EXPECT_GE(nested_done, 1) << where();
 
+  // Then unkilled processes until the saga settles, as the model predicts.
   Model m;
   Verdict now;
-  ASSERT_TRUE(ModelNow(reject, &m, &now));
-  Prediction rest = Predictor(m).Run();
-  chain.push_back("recover");
-  std::cout << "chain: " << Join(chain, " -> ") << " => " << rest.final_state << "\n";
-  ProcessExit rec = Recover("", faults);
-  EXPECT_TRUE(rec.Exited(RecoverExitFor(m.saga, rest.final_state)))
-      << "chain " << Join(chain, " -> ") << "\n"
-      << rec;
+  ASSERT_TRUE(ModelNow(reject_payment, &m, &now));
+  Predictor rest(m);
+  for (int round = 0; round < 4; ++round) {
+    const std::string from = rest.model().saga;
+    const bool deciding = rest.Undecided();
+    Prediction p = deciding ? rest.Decide(approve) : rest.Drive();
+    if (!deciding && p.hits.empty() && p.final_state == from) break;  // settled
+    if (deciding) {
+      ASSERT_TRUE(OnePendingToken(&token)) << where();
+    }
+    chain.push_back(deciding ? verb : "recover");
+    ProcessExit e = deciding ? Decide(token, approve, "", faults) : Recover("", faults);
+    EXPECT_TRUE(
+        e.Exited(deciding ? RunExitFor(p.final_state) : RecoverExitFor(from, p.final_state)))
+        << where() << "\n"
+        << e;
+  }
+  const std::string final_state = rest.model().saga;
+  std::cout << "chain: " << Join(chain, " -> ") << " => " << final_state << "\n";
 
   Verdict v = Check(1);
-  EXPECT_TRUE(v.violations.empty()) << "seed " << seed << " chain " << Join(chain, " -> ") << "\n"
-                                    << v.Report();
+  EXPECT_TRUE(v.violations.empty()) << where() << "\n" << v.Report();
   ASSERT_EQ(v.sagas.size(), 1u);
-  EXPECT_EQ(v.sagas[0]["state"], rest.final_state)
-      << "seed " << seed << " chain " << Join(chain, " -> ") << "\n"
-      << v.Report();
+  EXPECT_EQ(v.sagas[0]["state"], final_state) << where() << "\n" << v.Report();
+  EXPECT_TRUE(IsTerminal(final_state) || final_state == "needs_attention") << where();
   // Recovery is idempotent: once more changes nothing.
   ProcessExit again = Recover("", faults);
   EXPECT_TRUE(again.Exited(cli::kExitOk)) << again;
-  Verdict after = Check(1);
+  Verdict after = Check(1, /*count=*/false);
   EXPECT_TRUE(after.violations.empty()) << after.Report();
   EXPECT_EQ(after.ledger.effects.size(), v.ledger.effects.size()) << after.Report();
+  // So is the decision: replayed, it reports the recorded outcome and calls
+  // nothing.
+  if (!token.empty()) {
+    ProcessExit replay = Decide(token, approve, "", faults);
+    EXPECT_TRUE(replay.Exited(RunExitFor(final_state))) << where() << "\n" << replay;
+    Verdict replayed = Check(1, /*count=*/false);
+    EXPECT_TRUE(replayed.violations.empty()) << replayed.Report();
+    EXPECT_EQ(replayed.ledger.calls.size(), after.ledger.calls.size()) << replayed.Report();
+    EXPECT_EQ(replayed.ledger.effects.size(), v.ledger.effects.size()) << replayed.Report();
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(CrashNested, CrashNestedTest, testing::Range(0, kNestedCases),
                          [](const testing::TestParamInfo<int>& info) {
                            return "case_" + std::to_string(info.param);
                          });
+
+// ---- rows 13-16: the approval of the payment, killed and replayed
+
+/// The effects and calls of the payment step of the saga in `v`.
+struct PaymentView {
+  std::string key;
+  int effects = 0;
+  int charges = 0;  ///< payments.charge calls received (lookups and previews apart)
+  int previews = 0;
+};
+
+PaymentView PaymentOf(const Verdict& v) {
+  PaymentView p;
+  if (v.sagas.size() != 1) return p;
+  p.key = v.sagas[0]["steps"][kPaymentStep].value("key", "");
+  p.effects = v.ledger.Effects("payments.charge", p.key);
+  p.charges = v.ledger.Calls("payments.charge", p.key);
+  p.previews = v.ledger.Calls("payments.preview", p.key);
+  return p;
+}
+
+// (a) SIGKILL in `run` after the preview answered (before it is journaled)
+// and after it was journaled with its token (before the saga is marked
+// waiting): recovery leaves the saga waiting for one approval, with a fresh
+// token in the first case and the journaled one in the second.
+class CrashPreviewTest : public CrashTest, public testing::WithParamInterface<const char*> {};
+
+TEST_P(CrashPreviewTest, KillRecoverApprove) {
+  const std::string fp = GetParam();
+  const bool journaled = fp == "preview.after_journal";
+  EXPECT_TRUE(Reaches(Predictor(Model()).Drive().hits, fp, 1));
+
+  ProcessExit crash = Run(fp + "=kill", {});
+  ASSERT_TRUE(Crashed(crash)) << crash;
+
+  Verdict before;
+  ASSERT_TRUE(Observe(&before));
+  ASSERT_EQ(before.sagas.size(), 1u) << before.Report();
+  const Json saga0 = before.sagas[0];
+  const std::string sid = saga0.value("saga_id", "");
+  const std::string pay = kTrip[kPaymentStep].id;
+  EXPECT_EQ(saga0["state"], "running") << before.Report();
+  for (int i = 0; i < kPaymentStep; ++i) {
+    EXPECT_EQ(saga0["steps"][i]["state"], "succeeded") << before.Report();
+  }
+  EXPECT_EQ(saga0["steps"][kPaymentStep]["state"], journaled ? "awaiting_approval" : "planned")
+      << before.Report();
+  EXPECT_EQ(JournalCount(saga0, pay, "previewed"), journaled ? 1 : 0) << before.Report();
+  EXPECT_EQ(PaymentOf(before).previews, 1) << before.Report();
+  EXPECT_EQ(PaymentOf(before).charges, 0) << before.Report();
+  const std::string token0 = JournaledToken(sid);
+  EXPECT_EQ(token0.empty(), !journaled) << token0;
+  // Not listed yet: `approvals` shows sagas marked waiting, and this one is
+  // still running until a recovery finds its step waiting.
+  Json pending;
+  ASSERT_TRUE(PendingApprovals(&pending));
+  EXPECT_TRUE(pending.empty()) << pending.dump(2);
+
+  Model m;
+  Verdict now;
+  ASSERT_TRUE(ModelNow(false, &m, &now));
+  EXPECT_EQ(Predictor(m).Drive().final_state, "awaiting_approval");
+  ProcessExit rec = Recover("", {});
+  EXPECT_TRUE(rec.Exited(RecoverExitFor("running", "awaiting_approval"))) << rec;
+
+  Verdict waiting = Check(1, /*count=*/false);
+  EXPECT_TRUE(waiting.violations.empty()) << waiting.Report();
+  ASSERT_EQ(waiting.sagas.size(), 1u);
+  EXPECT_EQ(waiting.sagas[0]["state"], "awaiting_approval") << waiting.Report();
+  std::string token;
+  ASSERT_TRUE(OnePendingToken(&token)) << waiting.Report();
+  EXPECT_EQ(JournaledToken(sid), token);
+  EXPECT_EQ(JournalCount(waiting.sagas[0], pay, "previewed"), 1) << waiting.Report();
+  if (journaled) {
+    EXPECT_EQ(token, token0) << "the journaled preview stands: no second preview";
+    EXPECT_EQ(PaymentOf(waiting).previews, 1) << waiting.Report();
+  } else {
+    EXPECT_EQ(PaymentOf(waiting).previews, 2) << "the unjournaled preview is asked again";
+  }
+  EXPECT_EQ(PaymentOf(waiting).charges, 0) << waiting.Report();
+
+  ProcessExit approve = Decide(token);
+  EXPECT_TRUE(approve.Exited(cli::kExitOk)) << approve;
+  Verdict v = Check(1);
+  EXPECT_TRUE(v.violations.empty()) << v.Report();
+  ASSERT_EQ(v.sagas.size(), 1u);
+  EXPECT_EQ(v.sagas[0]["state"], "succeeded") << v.Report();
+  EXPECT_EQ(PaymentOf(v).effects, 1) << v.Report();
+  EXPECT_EQ(PaymentOf(v).charges, 1) << v.Report();
+  EXPECT_EQ(SpentTokens(sid), 1);
+}
+
+INSTANTIATE_TEST_SUITE_P(CrashPreview, CrashPreviewTest,
+                         testing::Values("preview.after_call", "preview.after_journal"),
+                         [](const testing::TestParamInfo<const char*>& info) {
+                           return CaseName(info.param);
+                         });
+
+// (b) SIGKILL in `approve` (or `reject`) once the decision is journaled,
+// before the token is spent and the tool called: `recover`, or the person
+// repeating the command, carries the decision out once.
+struct DecisionCase {
+  bool approve;
+  bool by_replay;  ///< finished by the same decision again, not by `recover`
+};
+
+void PrintTo(const DecisionCase& c, std::ostream* os) {
+  *os << (c.approve ? "approve" : "reject") << ", killed at approval.after_commit, then "
+      << (c.by_replay ? "the same decision again" : "recover");
+}
+
+class CrashDecisionTest : public CrashTest, public testing::WithParamInterface<DecisionCase> {};
+
+TEST_P(CrashDecisionTest, KillAfterDecisionRecoverCheck) {
+  const bool approve = GetParam().approve;
+  const bool by_replay = GetParam().by_replay;
+  const char* const final_state = approve ? "succeeded" : "compensated";
+  Predictor p{Model()};
+  p.Drive();
+  Prediction decided = p.Decide(approve);
+  EXPECT_TRUE(Reaches(decided.hits, "approval.after_commit", 1)) << Join(decided.hits, ", ");
+  EXPECT_EQ(decided.final_state, final_state);
+
+  std::string token;
+  ASSERT_TRUE(RunToApproval({}, &token));
+  ProcessExit crash = Decide(token, approve, "approval.after_commit=kill");
+  ASSERT_TRUE(Crashed(crash)) << crash;
+
+  Verdict before;
+  ASSERT_TRUE(Observe(&before));
+  ASSERT_EQ(before.sagas.size(), 1u) << before.Report();
+  const Json saga0 = before.sagas[0];
+  const std::string sid = saga0.value("saga_id", "");
+  EXPECT_EQ(saga0["state"], "running") << before.Report();
+  EXPECT_EQ(saga0["steps"][kPaymentStep]["state"], "awaiting_approval") << before.Report();
+  EXPECT_EQ(DecisionOf(saga0, kTrip[kPaymentStep].id), approve ? "approved" : "rejected")
+      << before.Report();
+  EXPECT_EQ(SpentTokens(sid), 0) << "journaled, not yet spent";
+  EXPECT_EQ(PaymentOf(before).charges, 0) << before.Report();
+
+  Model m;
+  Verdict now;
+  ASSERT_TRUE(ModelNow(false, &m, &now));
+  EXPECT_EQ(Predictor(m).Drive().final_state, final_state);
+  if (by_replay) {  // Engine::Decide: decided before, so drive on
+    ProcessExit again = Decide(token, approve);
+    EXPECT_TRUE(again.Exited(RunExitFor(final_state))) << again;
+  } else {
+    ProcessExit rec = Recover("", {});
+    EXPECT_TRUE(rec.Exited(RecoverExitFor("running", final_state))) << rec;
+  }
+
+  Verdict v = Check(1);
+  EXPECT_TRUE(v.violations.empty()) << v.Report();
+  ASSERT_EQ(v.sagas.size(), 1u);
+  EXPECT_EQ(v.sagas[0]["state"], final_state) << v.Report();
+  EXPECT_EQ(PaymentOf(v).effects, approve ? 1 : 0) << v.Report();
+  EXPECT_EQ(PaymentOf(v).charges, approve ? 1 : 0) << v.Report();
+  EXPECT_EQ(SpentTokens(sid), approve ? 1 : 0);
+  EXPECT_EQ(JournalCount(v.sagas[0], kTrip[kPaymentStep].id, approve ? "approved" : "rejected"), 1)
+      << v.Report();
+  EXPECT_EQ(v.ledger.effects.size(), approve ? 4u : 6u) << v.Report();
+
+  // The same decision again: the recorded outcome, nothing called.
+  ProcessExit again = Decide(token, approve);
+  EXPECT_TRUE(again.Exited(RunExitFor(final_state))) << again;
+  Verdict replayed = Check(1, /*count=*/false);
+  EXPECT_EQ(replayed.ledger.calls.size(), v.ledger.calls.size()) << replayed.Report();
+  EXPECT_EQ(replayed.ledger.effects.size(), v.ledger.effects.size()) << replayed.Report();
+}
+
+INSTANTIATE_TEST_SUITE_P(CrashDecision, CrashDecisionTest,
+                         testing::Values(DecisionCase{true, false}, DecisionCase{false, false},
+                                         DecisionCase{true, true}, DecisionCase{false, true}),
+                         [](const testing::TestParamInfo<DecisionCase>& info) {
+                           return std::string(info.param.approve ? "approved" : "rejected") +
+                                  (info.param.by_replay ? "_then_replayed" : "_then_recovered");
+                         });
+
+// (c), a kill in `approve` after the token is spent (step.after_submitted,
+// provider.after_apply, step.after_call, ...), is CrashForward's *_in_approve.
+
+class CrashApprovalTest : public CrashTest {};
+
+// (d) Row 16, sequential: the approval replayed after the commit.
+TEST_F(CrashApprovalTest, ReplayAfterSuccessChargesOnce) {
+  ProcessExit first = Run("", {}, "trip-replay");
+  ASSERT_TRUE(first.Exited(cli::kExitAwaitingApproval)) << first;
+  std::string token;
+  ASSERT_TRUE(OnePendingToken(&token));
+  // The agent repeats itself while the saga waits: the same saga, the same
+  // preview and token.
+  ProcessExit repeat = Run("", {}, "trip-replay");
+  EXPECT_TRUE(repeat.Exited(cli::kExitAwaitingApproval)) << repeat;
+  std::string same;
+  ASSERT_TRUE(OnePendingToken(&same));
+  EXPECT_EQ(same, token);
+  Verdict waiting = Check(1, /*count=*/false);
+  EXPECT_EQ(PaymentOf(waiting).previews, 1) << waiting.Report();
+
+  ProcessExit approve = Decide(token);
+  ASSERT_TRUE(approve.Exited(cli::kExitOk)) << approve;
+  EXPECT_NE(approve.output.find("outcome: succeeded"), std::string::npos) << approve;
+  Json pending;
+  ASSERT_TRUE(PendingApprovals(&pending));
+  EXPECT_TRUE(pending.empty()) << pending.dump(2);
+  Verdict v = Check(1);
+  EXPECT_TRUE(v.violations.empty()) << v.Report();
+  EXPECT_EQ(PaymentOf(v).charges, 1) << v.Report();
+
+  for (int i = 0; i < 2; ++i) {
+    ProcessExit again = Decide(token);
+    EXPECT_TRUE(again.Exited(cli::kExitOk)) << again;
+    EXPECT_NE(again.output.find("outcome: succeeded"), std::string::npos) << again;
+  }
+  // The other decision on a decided commit is refused.
+  ProcessExit reject = Decide(token, /*approve=*/false);
+  EXPECT_TRUE(reject.Exited(cli::kExitInternal)) << reject;
+  EXPECT_NE(reject.output.find("already approved"), std::string::npos) << reject;
+
+  Verdict after = Check(1, /*count=*/false);
+  EXPECT_TRUE(after.violations.empty()) << after.Report();
+  ASSERT_EQ(after.sagas.size(), 1u);
+  EXPECT_EQ(after.sagas[0]["state"], "succeeded") << after.Report();
+  EXPECT_EQ(PaymentOf(after).effects, 1) << after.Report();
+  EXPECT_EQ(PaymentOf(after).charges, 1) << "a replay calls nothing\n" << after.Report();
+  EXPECT_EQ(after.ledger.calls.size(), v.ledger.calls.size()) << after.Report();
+  EXPECT_EQ(after.ledger.effects.size(), static_cast<size_t>(kSteps)) << after.Report();
+  EXPECT_EQ(JournalCount(after.sagas[0], kTrip[kPaymentStep].id, "submitted"), 1) << after.Report();
+}
+
+// (e) Row 16, concurrent: two `approve` processes on one token, started
+// together and paused at B4 (step.after_submitted). The embedded journal's
+// driver lock (cli.cc, DriverLock) runs them one after the other; the second
+// finds the approval recorded and reports the saga's outcome. Guaranteed:
+// one effect, one call, the saga succeeded; and here both exit 0.
+TEST_F(CrashApprovalTest, ConcurrentApprovalsChargeOnce) {
+  std::string token;
+  ASSERT_TRUE(RunToApproval({}, &token));
+  const std::string pause = "step.after_submitted=sleep(300)";
+  Started first = Start(ApproveArgs(token), pause);
+  Started second = Start(ApproveArgs(token), pause);
+  ProcessExit a = Finish(first);
+  ProcessExit b = Finish(second);
+  EXPECT_TRUE(a.Exited(cli::kExitOk)) << a;
+  EXPECT_TRUE(b.Exited(cli::kExitOk)) << b;
+
+  Verdict v = Check(1);
+  EXPECT_TRUE(v.violations.empty()) << v.Report();
+  ASSERT_EQ(v.sagas.size(), 1u);
+  EXPECT_EQ(v.sagas[0]["state"], "succeeded") << v.Report();
+  EXPECT_EQ(PaymentOf(v).effects, 1) << v.Report();
+  EXPECT_EQ(PaymentOf(v).charges, 1) << v.Report();
+  EXPECT_EQ(SpentTokens(v.sagas[0].value("saga_id", "")), 1);
+  EXPECT_EQ(JournalCount(v.sagas[0], kTrip[kPaymentStep].id, "approved"), 1) << v.Report();
+  EXPECT_EQ(JournalCount(v.sagas[0], kTrip[kPaymentStep].id, "submitted"), 1) << v.Report();
+}
+
+// Row 16, a race of opposite decisions: exactly one is journaled and carried
+// out; the other is refused with the winner named.
+TEST_F(CrashApprovalTest, ApproveAndRejectAtOnceOneWins) {
+  std::string token;
+  ASSERT_TRUE(RunToApproval({}, &token));
+  const std::string pause = "approval.after_commit=sleep(200)";
+  Started yes = Start(ApproveArgs(token), pause);
+  Started no = Start(RejectArgs(token), pause);
+  ProcessExit a = Finish(yes);
+  ProcessExit r = Finish(no);
+
+  Verdict v = Check(1);
+  EXPECT_TRUE(v.violations.empty()) << v.Report();
+  ASSERT_EQ(v.sagas.size(), 1u);
+  const std::string state = v.sagas[0].value("state", "");
+  const bool approved = state == "succeeded";
+  EXPECT_TRUE(approved || state == "compensated") << v.Report();
+  const ProcessExit& winner = approved ? a : r;
+  const ProcessExit& loser = approved ? r : a;
+  EXPECT_TRUE(winner.Exited(RunExitFor(state))) << winner;
+  EXPECT_TRUE(loser.Exited(cli::kExitInternal)) << loser;
+  EXPECT_NE(loser.output.find(approved ? "already approved" : "already rejected"),
+            std::string::npos)
+      << loser;
+  EXPECT_EQ(PaymentOf(v).effects, approved ? 1 : 0) << v.Report();
+  EXPECT_EQ(PaymentOf(v).charges, approved ? 1 : 0) << v.Report();
+  EXPECT_EQ(JournalCount(v.sagas[0], kTrip[kPaymentStep].id, "approved") +
+                JournalCount(v.sagas[0], kTrip[kPaymentStep].id, "rejected"),
+            1)
+      << v.Report();
+}
+
+// (f) Row 14 through the CLI: a tampered, truncated, empty or made-up token
+// is refused with one message (exit 2), and changes nothing.
+TEST_F(CrashApprovalTest, TamperedTokensRefused) {
+  std::string token;
+  ASSERT_TRUE(RunToApproval({}, &token));
+  Verdict v0;
+  ASSERT_TRUE(Observe(&v0));
+  const size_t dot = token.rfind('.');
+  ASSERT_NE(dot, std::string::npos) << token;
+  ASSERT_EQ(token.rfind("idem1.", 0), 0u) << token;
+  auto flip = [&](size_t at) {
+    std::string t = token;
+    t[at] = t[at] == 'A' ? 'B' : 'A';
+    return t;
+  };
+  const std::vector<std::pair<std::string, std::string>> forged = {
+      {"one character of the MAC", flip(dot + 10)},
+      {"the last character of the MAC", flip(token.size() - 1)},
+      {"one character of the claims", flip(std::string("idem1.").size() + 8)},
+      {"truncated by one", token.substr(0, token.size() - 1)},
+      {"truncated to the claims", token.substr(0, dot)},
+      {"empty", ""},
+      {"made up", "idem1.x.y"},
+      {"another version", "idem2" + token.substr(5)},
+  };
+  for (const auto& [what, bad] : forged) {
+    ASSERT_NE(bad, token) << what;
+    for (bool approve : {true, false}) {
+      ProcessExit e = Decide(bad, approve);
+      EXPECT_TRUE(e.Exited(cli::kExitUsage)) << what << "\n" << e;
+      EXPECT_NE(e.output.find("invalid commit token"), std::string::npos) << what << "\n" << e;
+    }
+  }
+
+  Verdict v = Check(1, /*count=*/false);
+  EXPECT_TRUE(v.violations.empty()) << v.Report();
+  ASSERT_EQ(v.sagas.size(), 1u);
+  EXPECT_EQ(v.sagas[0]["state"], "awaiting_approval") << v.Report();
+  EXPECT_EQ(v.ledger.calls.size(), v0.ledger.calls.size()) << "0 tool calls\n" << v.Report();
+  EXPECT_EQ(v.ledger.effects.size(), 3u) << v.Report();
+  EXPECT_EQ(v.sagas[0]["journal"].size(), v0.sagas[0]["journal"].size()) << "journal unchanged\n"
+                                                                         << v.Report();
+  std::string still;
+  ASSERT_TRUE(OnePendingToken(&still));
+  EXPECT_EQ(still, token);
+  EXPECT_EQ(SpentTokens(v.sagas[0].value("saga_id", "")), 0);
+
+  // The genuine token still works.
+  ProcessExit approve = Decide(token);
+  EXPECT_TRUE(approve.Exited(cli::kExitOk)) << approve;
+  Verdict done = Check(1);
+  EXPECT_TRUE(done.violations.empty()) << done.Report();
+  EXPECT_EQ(PaymentOf(done).effects, 1) << done.Report();
+}
+
+// (g) A person rejects: the saga rolls back, nothing is charged, and each
+// booking is undone once.
+TEST_F(CrashApprovalTest, RejectRollsBack) {
+  std::string token;
+  ASSERT_TRUE(RunToApproval({}, &token));
+  ProcessExit reject = Decide(token, /*approve=*/false);
+  EXPECT_TRUE(reject.Exited(cli::kExitRolledBack)) << reject;
+
+  Verdict v = Check(1);
+  EXPECT_TRUE(v.violations.empty()) << v.Report();
+  ASSERT_EQ(v.sagas.size(), 1u);
+  const Json& saga = v.sagas[0];
+  EXPECT_EQ(saga["state"], "compensated") << v.Report();
+  EXPECT_NE(saga.value("reason", "").find("rejected by maria"), std::string::npos) << v.Report();
+  EXPECT_EQ(saga["steps"][kPaymentStep]["state"], "failed") << v.Report();
+  EXPECT_EQ(PaymentOf(v).effects, 0) << v.Report();
+  EXPECT_EQ(PaymentOf(v).charges, 0) << v.Report();
+  for (int i = 0; i < kPaymentStep; ++i) {
+    const std::string key = saga["steps"][i].value("key", "");
+    EXPECT_EQ(saga["steps"][i]["state"], "compensated") << v.Report();
+    EXPECT_EQ(v.ledger.Effects(kTrip[i].action, key), 1) << v.Report();
+    EXPECT_EQ(v.ledger.Effects(kTrip[i].undo, CompensationKey(key)), 1) << v.Report();
+  }
+  EXPECT_EQ(v.ledger.effects.size(), 6u) << v.Report();
+  EXPECT_EQ(SpentTokens(saga.value("saga_id", "")), 0) << "a rejection spends nothing";
+
+  ProcessExit again = Decide(token, /*approve=*/false);
+  EXPECT_TRUE(again.Exited(cli::kExitRolledBack)) << again;
+  ProcessExit approve = Decide(token);
+  EXPECT_TRUE(approve.Exited(cli::kExitInternal)) << approve;
+  EXPECT_NE(approve.output.find("already rejected"), std::string::npos) << approve;
+  Verdict after = Check(1, /*count=*/false);
+  EXPECT_EQ(after.ledger.calls.size(), v.ledger.calls.size()) << after.Report();
+  EXPECT_EQ(after.ledger.effects.size(), v.ledger.effects.size()) << after.Report();
+}
 
 // ---- a bad IDEM_FAILPOINT is refused before anything is written
 

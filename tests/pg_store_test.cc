@@ -14,10 +14,12 @@
 #include <array>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <cstdlib>
 #include <fstream>
 #include <functional>
+#include <iostream>
 #include <memory>
 #include <mutex>
 #include <random>
@@ -291,7 +293,8 @@ TEST(PgStoreTest, FreshDatabaseHasTheSchema) {
   for (const char* table : {"intents", "sagas", "steps", "journal", "effects", "consumed_tokens"}) {
     EXPECT_EQ(table, raw.Text(std::string("SELECT to_regclass('") + table + "')"));
   }
-  for (const char* index : {"sagas_by_state", "journal_by_saga", "effects_by_saga"}) {
+  for (const char* index :
+       {"sagas_by_state", "journal_by_saga", "effects_by_saga", "sagas_by_state_lease"}) {
     EXPECT_EQ(index, raw.Text(std::string("SELECT to_regclass('") + index + "')"));
   }
   // The server runs as the store's durability note assumes.
@@ -422,6 +425,30 @@ TEST(PgStoreTest, MigrationsRunOnceUnderConcurrentOpen) {
             ->CreateIntent(MakeSaga("saga-" + std::to_string(i), "intent-" + std::to_string(i))));
   }
   EXPECT_EQ(std::to_string(kOpeners), raw.Text("SELECT COUNT(*) FROM sagas"));
+}
+
+TEST(PgStoreTest, Version2DatabaseIsMigratedToLeases) {
+  TestDatabase db;
+  ASSERT_DB_OK(db);
+  {
+    std::unique_ptr<PgStore> store = MustOpen(db.Url());
+    ASSERT_NE(store, nullptr);
+    STORE_ASSERT_OK(store->CreateIntent(MakeSaga("old", "intent-old")));
+  }
+  RawDb raw(db.Url());
+  // Back to what version 2 left (dropping the columns drops the index).
+  ASSERT_EQ("", raw.Exec("ALTER TABLE sagas DROP COLUMN lease_owner,"
+                         " DROP COLUMN lease_expires_ms, DROP COLUMN lease_epoch"));
+  ASSERT_EQ("", raw.Exec("DELETE FROM schema_migrations WHERE version = 3"));
+  ASSERT_EQ("", raw.Text("SELECT to_regclass('sagas_by_state_lease')"));
+  std::unique_ptr<PgStore> store = MustOpen(db.Url());
+  ASSERT_NE(store, nullptr);
+  EXPECT_EQ(3, store->SchemaVersion());
+  Result<std::vector<Lease>> claimed = store->ClaimSagas({"pending"}, "w", 1000, 10);
+  STORE_ASSERT_OK(claimed);
+  ASSERT_EQ(1u, claimed->size());
+  EXPECT_EQ("old", (*claimed)[0].saga_id);
+  EXPECT_EQ(1, (*claimed)[0].epoch);
 }
 
 TEST(PgStoreTest, ReopenAppliesNothing) {
@@ -973,6 +1000,309 @@ TEST(PgStoreTest, UnknownCommitThatCannotBeResolvedIsUnavailable) {
   // It had committed; a direct look shows it once.
   RawDb raw(db.Url());
   EXPECT_EQ("1", raw.Text("SELECT COUNT(*) FROM journal WHERE event = 'b1-0'"));
+}
+
+// ---- Leases -------------------------------------------------------------------
+
+// A fenced commit holds the saga's row until its COMMIT: a claim in the
+// meantime skips the saga (ClaimSagas) or waits for the commit (ClaimSaga),
+// so the epoch the commit checked stays the saga's epoch until it is durable.
+TEST(PgStoreTest, ClaimsDoNotOvertakeAFencedCommitInFlight) {
+  TestDatabase db;
+  ASSERT_DB_OK(db);
+  std::atomic<bool> hold{false};
+  std::mutex mu;
+  std::condition_variable cv;
+  bool in_commit = false;
+  bool release = false;
+  PgOptions options;
+  options.url = db.Url();
+  options.before_commit_hook = [&](int) {
+    if (!hold.exchange(false)) return;
+    std::unique_lock<std::mutex> lock(mu);
+    in_commit = true;
+    cv.notify_all();
+    cv.wait(lock, [&] { return release; });
+  };
+  std::unique_ptr<PgStore> store = MustOpen(options);
+  ASSERT_NE(store, nullptr);
+  STORE_ASSERT_OK(store->CreateIntent(MakeSaga("s", "intent-s")));
+  Result<std::vector<Lease>> mine = store->ClaimSagas({"pending"}, "w1", 1, 1);
+  STORE_ASSERT_OK(mine);
+  ASSERT_EQ(1u, mine->size());
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));  // expired
+
+  hold = true;
+  WriteBatch fenced = Batch("s", "w1", 1);
+  fenced.fence_epoch = (*mine)[0].epoch;
+  Status committed;
+  std::thread writer([&] { committed = store->Commit(fenced); });
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return in_commit; });
+  }
+  // The commit checked the epoch and holds the row: the expired lease cannot
+  // be taken over under it.
+  Result<std::vector<Lease>> skipped = store->ClaimSagas({"pending", "running"}, "w2", 60'000, 5);
+  STORE_ASSERT_OK(skipped);
+  EXPECT_TRUE(skipped->empty());
+  Result<Lease> waited = Status::Internal("not run");
+  std::thread claimer([&] { waited = store->ClaimSaga("s", "w2", 60'000); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    release = true;
+  }
+  cv.notify_all();
+  writer.join();
+  claimer.join();
+  STORE_EXPECT_OK(committed);
+  STORE_ASSERT_OK(waited);
+  EXPECT_EQ((*mine)[0].epoch + 1, waited->epoch);
+  EXPECT_EQ(1, CountEvents(*store, "s", "w1"));
+  // From now on w1 is fenced.
+  EXPECT_EQ(Code::kAborted, store->Commit(fenced).code());
+  EXPECT_EQ(1, CountEvents(*store, "s", "w1"));
+}
+
+// ---- Group commit ---------------------------------------------------------------
+
+/// The group commit scenario: `kBatches` sagas, and one Commit per saga from
+/// as many threads at once. Three of the batches are bad, each in its own
+/// way: batch 1 reuses an effect key already recorded (kConflict), batch 2 is
+/// fenced on a lost lease (kAborted), batch 3 names a missing saga
+/// (kNotFound). A lead commit (to saga "lead") goes first and its hook waits
+/// until the others are queued up behind it, so that they form one group.
+class GroupCommitScenario {
+ public:
+  static constexpr int kBatches = 32;
+
+  /// `on_hook(n, pid)` is called for the n-th write transaction (from 1) of
+  /// the concurrent phase, right before its COMMIT.
+  explicit GroupCommitScenario(
+      std::string url, const std::function<void(int, int)>& on_hook = [](int, int) {},
+      bool group_commit = true) {
+    PgOptions options;
+    options.url = std::move(url);
+    options.group_commit = group_commit;
+    options.before_commit_hook = [this, on_hook, group_commit](int pid) {
+      if (!armed_.load()) return;
+      const int n = hook_calls_.fetch_add(1) + 1;
+      if (n == 1 && group_commit) {
+        // The lead batch's transaction: wait until all the others queued.
+        for (int i = 0; i < 10'000 && store_->Stats().commits_queued < kBatches; ++i) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        }
+      }
+      on_hook(n, pid);
+    };
+    store_ = MustOpen(options);
+    if (store_ == nullptr) return;
+    EXPECT_TRUE(store_->CreateIntent(MakeSaga("lead", "intent-lead")).ok());
+    for (int t = 0; t < kBatches; ++t) {
+      if (t == 3) continue;
+      const std::string id = Id(t);
+      EXPECT_TRUE(store_->CreateIntent(MakeSaga(id, "intent-" + id)).ok());
+    }
+    WriteBatch taken;
+    taken.saga_id = Id(0);
+    taken.effects = {MakeEffect(Id(0), "step0", "taken-key", 1)};
+    EXPECT_TRUE(store_->Commit(taken).ok());
+    Result<Lease> lease = store_->ClaimSaga(Id(2), "w", 60'000);
+    EXPECT_TRUE(lease.ok()) << lease.status().ToString();
+    if (lease.ok()) lost_epoch_ = lease->epoch + 1;
+  }
+
+  static std::string Id(int t) { return t == 3 ? "ghost" : "saga-" + std::to_string(t); }
+
+  PgStore* Store() { return store_.get(); }
+
+  /// Runs the concurrent phase; returns each batch's status.
+  std::vector<Status> Run() {
+    before_ = store_->Stats();
+    armed_ = true;
+    Status lead;
+    std::thread leader([this, &lead] { lead = store_->Commit(Batch("lead", "lead", 1)); });
+    while (hook_calls_.load() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    std::vector<Status> results(kBatches);
+    std::vector<std::thread> threads;
+    threads.reserve(kBatches);
+    for (int t = 0; t < kBatches; ++t) {
+      threads.emplace_back([this, t, &results] {
+        WriteBatch w = Batch(Id(t), "group", 2);
+        if (t == 1) w.effects = {MakeEffect(Id(t), "step0", "taken-key", 2000)};
+        if (t == 2) w.fence_epoch = lost_epoch_;
+        results[t] = store_->Commit(w);
+      });
+    }
+    for (std::thread& th : threads) th.join();
+    leader.join();
+    EXPECT_TRUE(lead.ok()) << lead.ToString();
+    armed_ = false;
+    return results;
+  }
+
+  int HookCalls() const { return hook_calls_.load(); }
+  /// The Stats() counters of the concurrent phase alone.
+  int64_t Transactions() const {
+    return store_->Stats().commit_transactions - before_.commit_transactions;
+  }
+  int64_t Batches() const { return store_->Stats().commit_batches - before_.commit_batches; }
+
+  /// Every good batch landed exactly once; the bad ones wrote nothing.
+  void ExpectLandedOnce(const std::vector<Status>& results, const std::string& url) {
+    EXPECT_EQ(Code::kConflict, results[1].code()) << results[1].ToString();
+    EXPECT_EQ(Code::kAborted, results[2].code()) << results[2].ToString();
+    EXPECT_NE(std::string::npos, results[2].message().find("lease lost")) << results[2].message();
+    EXPECT_EQ(Code::kNotFound, results[3].code()) << results[3].ToString();
+    RawDb raw(url);
+    for (int t = 0; t < kBatches; ++t) {
+      if (t == 3) continue;
+      SCOPED_TRACE(Id(t));
+      const bool good = t < 1 || t > 3;
+      if (good) {
+        EXPECT_TRUE(results[t].ok()) << results[t].ToString();
+      }
+      EXPECT_EQ(good ? 2 : 0, CountEvents(*store_, Id(t), "group"));
+      Result<SagaRecord> rec = store_->LoadSaga(Id(t));
+      ASSERT_TRUE(rec.ok()) << rec.status().ToString();
+      EXPECT_EQ(good ? "running" : "pending", rec->summary.state);
+    }
+    // The good ones, "taken-key" and the lead batch's.
+    EXPECT_EQ(std::to_string(kBatches - 3 + 2), raw.Text("SELECT COUNT(*) FROM effects"));
+    EXPECT_EQ(std::to_string(2 * (kBatches - 3)),
+              raw.Text("SELECT COUNT(*) FROM journal WHERE event LIKE 'group-%'"));
+  }
+
+ private:
+  std::unique_ptr<PgStore> store_;
+  std::atomic<bool> armed_{false};
+  std::atomic<int> hook_calls_{0};
+  int64_t lost_epoch_ = 0;
+  PgStats before_;
+};
+
+TEST(PgStoreTest, GroupCommitSharesTransactionsAndFailsBatchesAlone) {
+  TestDatabase db;
+  ASSERT_DB_OK(db);
+  GroupCommitScenario scenario(db.Url());
+  ASSERT_NE(scenario.Store(), nullptr);
+  std::vector<Status> results = scenario.Run();
+  ASSERT_NO_FATAL_FAILURE(scenario.ExpectLandedOnce(results, db.Url()));
+  // The lead batch alone, then the 32 others together.
+  EXPECT_EQ(GroupCommitScenario::kBatches + 1, scenario.Batches());
+  EXPECT_EQ(2, scenario.Transactions());
+  EXPECT_EQ(GroupCommitScenario::kBatches, scenario.Store()->Stats().largest_group);
+  EXPECT_EQ(0, scenario.Store()->Stats().retries);
+  std::cout << "[ figures  ] PostgreSQL: " << GroupCommitScenario::kBatches + 1
+            << " concurrent commits took " << scenario.Transactions()
+            << " transactions (largest group " << scenario.Store()->Stats().largest_group << ")\n";
+}
+
+TEST(PgStoreTest, GroupCommitCanBeSwitchedOff) {
+  TestDatabase db;
+  ASSERT_DB_OK(db);
+  GroupCommitScenario scenario(
+      db.Url(), [](int, int) {}, /*group_commit=*/false);
+  ASSERT_NE(scenario.Store(), nullptr);
+  std::vector<Status> results = scenario.Run();
+  ASSERT_NO_FATAL_FAILURE(scenario.ExpectLandedOnce(results, db.Url()));
+  EXPECT_EQ(GroupCommitScenario::kBatches + 1, scenario.Transactions());
+  EXPECT_EQ(1, scenario.Store()->Stats().largest_group);
+}
+
+// The group's COMMIT is lost on the wire after the server ran it: the
+// outcome is resolved once for the whole group, nothing runs again, and each
+// caller gets the status its batch had in the committed transaction.
+TEST(PgStoreTest, GroupCommitInDoubtThatCommittedIsNotRepeated) {
+  TestDatabase db;
+  ASSERT_DB_OK(db);
+  UrlParts parts = db.Parts();
+  CommitSwallowingProxy proxy(parts.host, parts.port);
+  ASSERT_NE(0, proxy.Port());
+  UrlParts via_proxy = parts;
+  via_proxy.port = proxy.Port();
+  GroupCommitScenario scenario(via_proxy.Url() + "?sslmode=disable", [&](int n, int) {
+    if (n == 2) proxy.Arm(CommitSwallowingProxy::Cut::kAfterCommit);  // the group's
+  });
+  ASSERT_NE(scenario.Store(), nullptr);
+  std::vector<Status> results = scenario.Run();
+  EXPECT_EQ(1, proxy.Swallowed());
+  EXPECT_EQ(2, scenario.HookCalls());  // the lead batch, then the group, once
+  PgStats stats = scenario.Store()->Stats();
+  EXPECT_EQ(1, stats.commits_in_doubt);
+  EXPECT_EQ(1, stats.resolved_committed);
+  EXPECT_EQ(0, stats.resolved_aborted);
+  EXPECT_EQ(GroupCommitScenario::kBatches, stats.largest_group);
+  ASSERT_NO_FATAL_FAILURE(scenario.ExpectLandedOnce(results, db.Url()));
+}
+
+// The connection of the group's transaction dies right before COMMIT: the
+// outcome is resolved as aborted and the whole group runs again, once.
+TEST(PgStoreTest, GroupCommitInDoubtThatAbortedRunsTheGroupAgain) {
+  TestDatabase db;
+  ASSERT_DB_OK(db);
+  RawDb killer(db.Url());
+  GroupCommitScenario scenario(db.Url(), [&](int n, int pid) {
+    if (n == 2) killer.Terminate(pid);
+  });
+  ASSERT_NE(scenario.Store(), nullptr);
+  std::vector<Status> results = scenario.Run();
+  EXPECT_EQ(3, scenario.HookCalls());  // the lead batch, the group, its one retry
+  EXPECT_EQ(3, scenario.Transactions());
+  PgStats stats = scenario.Store()->Stats();
+  EXPECT_EQ(GroupCommitScenario::kBatches, stats.largest_group);
+  EXPECT_EQ(1, stats.commits_in_doubt);
+  EXPECT_EQ(1, stats.resolved_aborted);
+  EXPECT_EQ(1, stats.retries);
+  ASSERT_NO_FATAL_FAILURE(scenario.ExpectLandedOnce(results, db.Url()));
+}
+
+TEST(PgStoreTest, GroupCommitFiguresWithAndWithout) {
+  constexpr int kThreads = 16;
+  constexpr int kCommits = 20;
+  for (bool group : {false, true}) {
+    TestDatabase db;
+    ASSERT_DB_OK(db);
+    PgOptions options;
+    options.url = db.Url();
+    options.group_commit = group;
+    std::unique_ptr<PgStore> store = MustOpen(options);
+    ASSERT_NE(store, nullptr);
+    for (int t = 0; t < kThreads; ++t) {
+      STORE_ASSERT_OK(store->CreateIntent(
+          MakeSaga("saga-" + std::to_string(t), "intent-" + std::to_string(t))));
+    }
+    const PgStats before = store->Stats();
+    std::atomic<int> failures{0};
+    const auto start = std::chrono::steady_clock::now();
+    std::vector<std::thread> threads;
+    threads.reserve(kThreads);
+    for (int t = 0; t < kThreads; ++t) {
+      threads.emplace_back([&, t] {
+        const std::string id = "saga-" + std::to_string(t);
+        for (int i = 0; i < kCommits; ++i) {
+          if (!store->Commit(Batch(id, "c" + std::to_string(i), 1)).ok()) failures.fetch_add(1);
+        }
+      });
+    }
+    for (std::thread& th : threads) th.join();
+    const double ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    EXPECT_EQ(0, failures.load());
+    const PgStats after = store->Stats();
+    const int64_t tx = after.commit_transactions - before.commit_transactions;
+    EXPECT_EQ(kThreads * kCommits, after.commit_batches - before.commit_batches);
+    if (!group) {
+      EXPECT_EQ(kThreads * kCommits, tx);
+    }
+    std::cout << "[ figures  ] PostgreSQL group_commit=" << group << ": " << kThreads * kCommits
+              << " commits from " << kThreads << " threads in " << tx
+              << " transactions (largest group " << after.largest_group << "), "
+              << static_cast<int>(ms) << " ms\n";
+    RawDb raw(db.Url());
+    EXPECT_EQ(std::to_string(kThreads * kCommits), raw.Text("SELECT COUNT(*) FROM effects"));
+  }
 }
 
 }  // namespace

@@ -18,6 +18,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <set>
@@ -30,6 +31,7 @@
 
 #include "storage/store.h"
 
+#include "common/clock.h"
 #include "common/json_util.h"
 #include "common/status.h"
 
@@ -914,19 +916,326 @@ TYPED_TEST_P(StoreConformanceTest, ConcurrentConsumersOfOneNonceHaveOneWinner) {
   EXPECT_EQ(2u, this->JournalSize("saga-1"));  // saga_created + the winner's entry
 }
 
-REGISTER_TYPED_TEST_SUITE_P(StoreConformanceTest, CreateIntentCreatesSaga,
-                            SameKeySameFingerprintReturnsExistingAndWritesNothing,
-                            SameKeyOtherFingerprintConflictsAndWritesNothing,
-                            StepKeyInUseConflictsAndWritesNothing, LoadSagaRoundTripsEveryField,
-                            MissingSagaIsNotFound, CommitWritesStateStepsJournalAndEffects,
-                            CommitWithStateAndNoJournalStampsUpdatedTime,
-                            CommitWithDuplicateEffectKeyWritesNothing,
-                            CommitToMissingSagaIsNotFound, JournalSeqIncreasesInCommitOrder,
-                            ListSagasNewestFirstFilteredAndLimited, ListEffectsInCommitOrder,
-                            SchemaVersionSurvivesReopen, DataSurvivesReopen,
-                            ConcurrentCommitsAllLand, ConcurrentCreatesOfOneIntentMakeOneSaga,
-                            TwoPhaseDataRoundTrips,
-                            TokenNonceIsConsumedOnceAndASecondUseWritesNothing,
-                            ConcurrentConsumersOfOneNonceHaveOneWinner);
+// ---- Leases and fencing -------------------------------------------------------
+
+/// Creates saga `id` (created at `at_ms`) and, unless `state` is "pending",
+/// moves it to `state` with a journal entry at `at_ms` (its updated time).
+inline void CreateInState(Store& store, const std::string& id, const std::string& state,
+                          int64_t at_ms) {
+  STORE_ASSERT_OK(store.CreateIntent(MakeSaga(id, "intent-" + id, 1, at_ms)));
+  if (state == "pending") return;
+  WriteBatch w;
+  w.saga_id = id;
+  w.saga_state = state;
+  w.journal = {MakeEntry(id, "", "moved", at_ms)};
+  STORE_ASSERT_OK(store.Commit(w));
+}
+
+inline std::vector<std::string> LeaseIds(const std::vector<Lease>& leases) {
+  std::vector<std::string> out;
+  for (const Lease& l : leases) out.push_back(l.saga_id);
+  return out;
+}
+
+inline void SleepMs(int ms) { std::this_thread::sleep_for(std::chrono::milliseconds(ms)); }
+
+TYPED_TEST_P(StoreConformanceTest, ClaimTakesRunnableSagasOldestFirstUpToTheLimit) {
+  // updated_ms: b=100 d=200 c=300 e=400 a=500; d is done, f is waiting elsewhere.
+  ASSERT_NO_FATAL_FAILURE(CreateInState(this->store(), "a", "pending", 500));
+  ASSERT_NO_FATAL_FAILURE(CreateInState(this->store(), "b", "pending", 100));
+  ASSERT_NO_FATAL_FAILURE(CreateInState(this->store(), "c", "running", 300));
+  ASSERT_NO_FATAL_FAILURE(CreateInState(this->store(), "d", "succeeded", 200));
+  ASSERT_NO_FATAL_FAILURE(CreateInState(this->store(), "e", "pending", 400));
+  ASSERT_NO_FATAL_FAILURE(CreateInState(this->store(), "f", "awaiting_approval", 50));
+  const std::vector<std::string> runnable = {"pending", "running"};
+
+  const int64_t before_ms = SystemClock::Get()->NowMs();
+  Result<std::vector<Lease>> first = this->store().ClaimSagas(runnable, "w1", 60'000, 3);
+  STORE_ASSERT_OK(first);
+  EXPECT_EQ((std::vector<std::string>{"b", "c", "e"}), LeaseIds(*first));
+  for (const Lease& l : *first) {
+    SCOPED_TRACE(l.saga_id);
+    EXPECT_EQ("w1", l.owner);
+    EXPECT_EQ(1, l.epoch);  // CreateIntent left the lease free, at epoch 0
+    // The store's clock (the server's, for PostgreSQL) is near this one.
+    EXPECT_GT(l.expires_ms, before_ms + 60'000 - 5'000);
+    EXPECT_LT(l.expires_ms, before_ms + 60'000 + 5'000);
+  }
+
+  // Held leases are not claimed again, by anyone.
+  Result<std::vector<Lease>> second = this->store().ClaimSagas(runnable, "w2", 60'000, 10);
+  STORE_ASSERT_OK(second);
+  EXPECT_EQ((std::vector<std::string>{"a"}), LeaseIds(*second));
+  Result<std::vector<Lease>> third = this->store().ClaimSagas(runnable, "w1", 60'000, 10);
+  STORE_ASSERT_OK(third);
+  EXPECT_TRUE(third->empty());
+
+  // Other states are claimed only when asked for.
+  Result<std::vector<Lease>> waiting =
+      this->store().ClaimSagas({"awaiting_approval", "no-such-state"}, "w3", 60'000, 10);
+  STORE_ASSERT_OK(waiting);
+  EXPECT_EQ((std::vector<std::string>{"f"}), LeaseIds(*waiting));
+
+  // Claiming wrote nothing else: states, times and journals are unchanged.
+  Result<SagaRecord> b = this->store().LoadSaga("b");
+  STORE_ASSERT_OK(b);
+  EXPECT_EQ("pending", b->summary.state);
+  EXPECT_EQ(100, b->summary.updated_ms);
+  EXPECT_EQ(1u, this->JournalSize("b"));
+}
+
+TYPED_TEST_P(StoreConformanceTest, ClaimRejectsBadArguments) {
+  ASSERT_NO_FATAL_FAILURE(CreateInState(this->store(), "a", "pending", 100));
+  EXPECT_EQ(Code::kInvalidArgument, this->store().ClaimSagas({}, "w", 1000, 1).status().code());
+  EXPECT_EQ(Code::kInvalidArgument,
+            this->store().ClaimSagas({"pending"}, "", 1000, 1).status().code());
+  EXPECT_EQ(Code::kInvalidArgument,
+            this->store().ClaimSagas({"pending"}, "w", 0, 1).status().code());
+  EXPECT_EQ(Code::kInvalidArgument,
+            this->store().ClaimSagas({"pending"}, "w", 1000, 0).status().code());
+  EXPECT_EQ(Code::kInvalidArgument, this->store().ClaimSaga("a", "", 1000).status().code());
+  EXPECT_EQ(Code::kInvalidArgument, this->store().ClaimSaga("a", "w", 0).status().code());
+  // Nothing was claimed by the refused calls.
+  Result<std::vector<Lease>> got = this->store().ClaimSagas({"pending"}, "w", 1000, 5);
+  STORE_ASSERT_OK(got);
+  ASSERT_EQ(1u, got->size());
+  EXPECT_EQ(1, (*got)[0].epoch);
+}
+
+TYPED_TEST_P(StoreConformanceTest, ExpiredLeaseIsTakenOverAndTheOldOwnerIsFenced) {
+  ASSERT_NO_FATAL_FAILURE(CreateInState(this->store(), "s", "running", 100));
+  Result<std::vector<Lease>> mine = this->store().ClaimSagas({"running"}, "w1", 1, 10);
+  STORE_ASSERT_OK(mine);
+  ASSERT_EQ(1u, mine->size());
+  const Lease old = (*mine)[0];
+  EXPECT_EQ(1, old.epoch);
+  SleepMs(20);  // the 1 ms lease has expired
+
+  // Expired but not claimed again: only the epoch decides, so the holder may
+  // still write (nobody else can have written since).
+  WriteBatch late_but_safe;
+  late_but_safe.saga_id = "s";
+  late_but_safe.journal = {MakeEntry("s", "step0", "w1-still-alone", 150)};
+  late_but_safe.fence_epoch = old.epoch;
+  STORE_ASSERT_OK(this->store().Commit(late_but_safe));
+
+  Result<std::vector<Lease>> taken = this->store().ClaimSagas({"running"}, "w2", 60'000, 10);
+  STORE_ASSERT_OK(taken);
+  ASSERT_EQ(1u, taken->size());
+  const Lease now = (*taken)[0];
+  EXPECT_EQ("s", now.saga_id);
+  EXPECT_EQ("w2", now.owner);
+  EXPECT_EQ(old.epoch + 1, now.epoch);
+
+  Result<SagaRecord> before = this->store().LoadSaga("s");
+  STORE_ASSERT_OK(before);
+  const size_t journal_before = this->JournalSize("s");
+
+  // The old owner: every lease call and every fenced write is refused.
+  Status renew = this->store().RenewLease(old, 60'000);
+  EXPECT_EQ(Code::kAborted, renew.code()) << renew.ToString();
+  EXPECT_NE(std::string::npos, renew.message().find("lease lost")) << renew.message();
+  Status release = this->store().ReleaseLease(old);
+  EXPECT_EQ(Code::kAborted, release.code()) << release.ToString();
+
+  StepRecord step = before->steps[0];
+  step.state = "succeeded";
+  step.attempt = 9;
+  WriteBatch stale;
+  stale.saga_id = "s";
+  stale.saga_state = "succeeded";
+  stale.saga_reason = "stale writer";
+  stale.steps = {step};
+  stale.journal = {MakeEntry("s", "step0", "w1-late", 900)};
+  stale.effects = {MakeEffect("s", "step0", "s/late-effect", 900)};
+  stale.consume_token = "late-nonce";
+  stale.consume_token_step = "step0";
+  stale.fence_epoch = old.epoch;
+  Status fenced = this->store().Commit(stale);
+  EXPECT_EQ(Code::kAborted, fenced.code()) << fenced.ToString();
+  EXPECT_NE(std::string::npos, fenced.message().find("lease lost")) << fenced.message();
+
+  // ... and nothing of it was written.
+  Result<SagaRecord> after = this->store().LoadSaga("s");
+  STORE_ASSERT_OK(after);
+  EXPECT_EQ("running", after->summary.state);
+  EXPECT_EQ(before->summary.reason, after->summary.reason);
+  EXPECT_EQ(before->summary.updated_ms, after->summary.updated_ms);
+  ExpectStepEq(before->steps[0], after->steps[0]);
+  EXPECT_EQ(journal_before, this->JournalSize("s"));
+  Result<std::vector<EffectRecord>> effects = this->store().ListEffects("s");
+  STORE_ASSERT_OK(effects);
+  EXPECT_TRUE(effects->empty());
+
+  // The new owner's fenced batch goes through: the effect key and the nonce
+  // were not taken by the refused batch.
+  WriteBatch current = stale;
+  current.saga_reason = "current owner";
+  current.fence_epoch = now.epoch;
+  STORE_ASSERT_OK(this->store().Commit(current));
+  // Unfenced batches (fence_epoch 0) are not checked at all.
+  WriteBatch unfenced;
+  unfenced.saga_id = "s";
+  unfenced.journal = {MakeEntry("s", "", "operator-note", 1000)};
+  STORE_ASSERT_OK(this->store().Commit(unfenced));
+
+  Result<SagaRecord> done = this->store().LoadSaga("s");
+  STORE_ASSERT_OK(done);
+  EXPECT_EQ("succeeded", done->summary.state);
+  EXPECT_EQ("current owner", done->summary.reason);
+  EXPECT_EQ(9, done->steps[0].attempt);
+  EXPECT_EQ(journal_before + 2, this->JournalSize("s"));
+  Result<std::vector<EffectRecord>> landed = this->store().ListEffects("s");
+  STORE_ASSERT_OK(landed);
+  ASSERT_EQ(1u, landed->size());
+  EXPECT_EQ("s/late-effect", (*landed)[0].idempotency_key);
+
+  // The new owner's lease calls work; the old one cannot claim it back.
+  STORE_EXPECT_OK(this->store().RenewLease(now, 60'000));
+  Result<Lease> back = this->store().ClaimSaga("s", "w1", 60'000);
+  EXPECT_EQ(Code::kAborted, back.status().code()) << back.status().ToString();
+}
+
+TYPED_TEST_P(StoreConformanceTest, RenewedLeaseHoldsAndMissingSagaIsNotFound) {
+  ASSERT_NO_FATAL_FAILURE(CreateInState(this->store(), "s", "pending", 100));
+  Result<std::vector<Lease>> mine = this->store().ClaimSagas({"pending"}, "w1", 50, 1);
+  STORE_ASSERT_OK(mine);
+  ASSERT_EQ(1u, mine->size());
+  STORE_ASSERT_OK(this->store().RenewLease((*mine)[0], 60'000));
+  SleepMs(100);  // past the first expiry, within the renewed one
+  Result<std::vector<Lease>> other = this->store().ClaimSagas({"pending"}, "w2", 60'000, 1);
+  STORE_ASSERT_OK(other);
+  EXPECT_TRUE(other->empty());
+
+  Lease ghost = (*mine)[0];
+  ghost.saga_id = "ghost";
+  EXPECT_EQ(Code::kNotFound, this->store().RenewLease(ghost, 1000).code());
+  EXPECT_EQ(Code::kNotFound, this->store().ReleaseLease(ghost).code());
+  EXPECT_EQ(Code::kNotFound, this->store().ClaimSaga("ghost", "w1", 1000).status().code());
+  WriteBatch fenced_ghost;
+  fenced_ghost.saga_id = "ghost";
+  fenced_ghost.fence_epoch = 1;
+  EXPECT_EQ(Code::kNotFound, this->store().Commit(fenced_ghost).code());
+  // A lease with the right epoch but another owner name is not the lease.
+  Lease impostor = (*mine)[0];
+  impostor.owner = "w2";
+  EXPECT_EQ(Code::kAborted, this->store().RenewLease(impostor, 1000).code());
+}
+
+TYPED_TEST_P(StoreConformanceTest, ReleasedLeaseIsClaimableAtOnce) {
+  ASSERT_NO_FATAL_FAILURE(CreateInState(this->store(), "s", "pending", 100));
+  Result<std::vector<Lease>> mine = this->store().ClaimSagas({"pending"}, "w1", 60'000, 1);
+  STORE_ASSERT_OK(mine);
+  ASSERT_EQ(1u, mine->size());
+  Result<std::vector<Lease>> none = this->store().ClaimSagas({"pending"}, "w2", 60'000, 1);
+  STORE_ASSERT_OK(none);
+  EXPECT_TRUE(none->empty());
+
+  STORE_ASSERT_OK(this->store().ReleaseLease((*mine)[0]));
+  Result<std::vector<Lease>> theirs = this->store().ClaimSagas({"pending"}, "w2", 60'000, 1);
+  STORE_ASSERT_OK(theirs);
+  ASSERT_EQ(1u, theirs->size());
+  EXPECT_EQ("w2", (*theirs)[0].owner);
+  EXPECT_EQ(2, (*theirs)[0].epoch);  // release kept the epoch; the claim bumped it
+  EXPECT_EQ(Code::kAborted, this->store().ReleaseLease((*mine)[0]).code());
+  WriteBatch stale;
+  stale.saga_id = "s";
+  stale.journal = {MakeEntry("s", "", "stale", 500)};
+  stale.fence_epoch = (*mine)[0].epoch;
+  EXPECT_EQ(Code::kAborted, this->store().Commit(stale).code());
+  EXPECT_EQ(1u, this->JournalSize("s"));
+}
+
+TYPED_TEST_P(StoreConformanceTest, ClaimSagaById) {
+  ASSERT_NO_FATAL_FAILURE(CreateInState(this->store(), "s", "succeeded", 100));  // any state
+  Result<Lease> first = this->store().ClaimSaga("s", "w1", 60'000);
+  STORE_ASSERT_OK(first);
+  EXPECT_EQ("s", first->saga_id);
+  EXPECT_EQ("w1", first->owner);
+  EXPECT_EQ(1, first->epoch);
+  Result<Lease> other = this->store().ClaimSaga("s", "w2", 60'000);
+  EXPECT_EQ(Code::kAborted, other.status().code()) << other.status().ToString();
+  EXPECT_NE(std::string::npos, other.status().message().find("w1")) << other.status().message();
+  Result<std::vector<Lease>> batch = this->store().ClaimSagas({"succeeded"}, "w2", 60'000, 5);
+  STORE_ASSERT_OK(batch);
+  EXPECT_TRUE(batch->empty());
+
+  // The holder claiming again gets a new epoch, which fences its old writes.
+  Result<Lease> again = this->store().ClaimSaga("s", "w1", 1);
+  STORE_ASSERT_OK(again);
+  EXPECT_EQ(2, again->epoch);
+  EXPECT_EQ(Code::kAborted, this->store().RenewLease(*first, 1000).code());
+  SleepMs(20);
+  Result<Lease> taken = this->store().ClaimSaga("s", "w2", 60'000);
+  STORE_ASSERT_OK(taken);
+  EXPECT_EQ(3, taken->epoch);
+  EXPECT_EQ("w2", taken->owner);
+}
+
+TYPED_TEST_P(StoreConformanceTest, ConcurrentClaimersNeverShareASaga) {
+  constexpr int kSagas = 200;
+  constexpr int kThreads = 8;
+  for (int i = 0; i < kSagas; ++i) {
+    const std::string id = "saga-" + std::to_string(i);
+    STORE_ASSERT_OK(this->store().CreateIntent(MakeSaga(id, "intent-" + id, 1, 1000 + i)));
+  }
+  Store* store = this->store_.get();
+  std::atomic<int> total{0};
+  std::vector<std::vector<Lease>> got(kThreads);
+  std::vector<std::string> errors(kThreads);
+  std::vector<std::thread> threads;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      const std::string owner = "worker-" + std::to_string(t);
+      // SKIP LOCKED may hand out nothing while others hold rows: keep asking
+      // until every saga is taken.
+      while (total.load() < kSagas && std::chrono::steady_clock::now() < deadline) {
+        Result<std::vector<Lease>> r = store->ClaimSagas({"pending"}, owner, 600'000, 7);
+        if (!r.ok()) {
+          if (r.status().code() == Code::kUnavailable || r.status().code() == Code::kAborted) {
+            continue;
+          }
+          errors[t] = r.status().ToString();
+          return;
+        }
+        for (const Lease& l : *r) got[t].push_back(l);
+        total.fetch_add(static_cast<int>(r->size()));
+      }
+    });
+  }
+  for (std::thread& th : threads) th.join();
+  std::set<std::string> seen;
+  int claimed = 0;
+  for (int t = 0; t < kThreads; ++t) {
+    EXPECT_EQ("", errors[t]) << "thread " << t;
+    for (const Lease& l : got[t]) {
+      ++claimed;
+      EXPECT_TRUE(seen.insert(l.saga_id).second) << l.saga_id << " claimed twice";
+      EXPECT_EQ("worker-" + std::to_string(t), l.owner);
+      EXPECT_EQ(1, l.epoch);
+    }
+  }
+  EXPECT_EQ(kSagas, claimed);
+  EXPECT_EQ(static_cast<size_t>(kSagas), seen.size());
+  Result<std::vector<Lease>> rest = this->store().ClaimSagas({"pending"}, "late", 1000, 10);
+  STORE_ASSERT_OK(rest);
+  EXPECT_TRUE(rest->empty());
+}
+
+REGISTER_TYPED_TEST_SUITE_P(
+    StoreConformanceTest, CreateIntentCreatesSaga,
+    SameKeySameFingerprintReturnsExistingAndWritesNothing,
+    SameKeyOtherFingerprintConflictsAndWritesNothing, StepKeyInUseConflictsAndWritesNothing,
+    LoadSagaRoundTripsEveryField, MissingSagaIsNotFound, CommitWritesStateStepsJournalAndEffects,
+    CommitWithStateAndNoJournalStampsUpdatedTime, CommitWithDuplicateEffectKeyWritesNothing,
+    CommitToMissingSagaIsNotFound, JournalSeqIncreasesInCommitOrder,
+    ListSagasNewestFirstFilteredAndLimited, ListEffectsInCommitOrder, SchemaVersionSurvivesReopen,
+    DataSurvivesReopen, ConcurrentCommitsAllLand, ConcurrentCreatesOfOneIntentMakeOneSaga,
+    TwoPhaseDataRoundTrips, TokenNonceIsConsumedOnceAndASecondUseWritesNothing,
+    ConcurrentConsumersOfOneNonceHaveOneWinner, ClaimTakesRunnableSagasOldestFirstUpToTheLimit,
+    ClaimRejectsBadArguments, ExpiredLeaseIsTakenOverAndTheOldOwnerIsFenced,
+    RenewedLeaseHoldsAndMissingSagaIsNotFound, ReleasedLeaseIsClaimableAtOnce, ClaimSagaById,
+    ConcurrentClaimersNeverShareASaga);
 
 }  // namespace idem::storage::conformance

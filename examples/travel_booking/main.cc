@@ -39,7 +39,12 @@ int main(int argc, char** argv) {
   config.register_tools = [&](idem::ToolRegistry& registry,
                               const idem::cli::Context& context) -> idem::Status {
     idem::travel::ProviderOptions options;
-    options.ledger_path = ledger_path.empty() ? context.db_path + ".ledger.sqlite" : ledger_path;
+    bool postgres = context.db_path.rfind("postgresql://", 0) == 0 ||
+                    context.db_path.rfind("postgres://", 0) == 0;
+    // On PostgreSQL (several workers, one journal) the default ledger is one
+    // shared file in the working folder.
+    std::string fallback = postgres ? "travel-ledger.sqlite" : context.db_path + ".ledger.sqlite";
+    options.ledger_path = ledger_path.empty() ? fallback : ledger_path;
     options.latency_ms = latency_ms;
     for (const auto& text : fault_texts) {
       auto rule = idem::travel::ParseFaultRule(text);

@@ -1,0 +1,187 @@
+#pragma once
+// IdempotencyLayer: the Idempotency-Key semantics of the IETF draft
+// (draft-ietf-httpapi-idempotency-key-header) and of Stripe, for a tool
+// provider to mount on its own httplib::Server, so that a provider's handler
+// runs at most once per key however often idem (or anyone) retries.
+//
+//   auto layer = IdempotencyLayer::Open("/var/lib/payments/idem.db", {});
+//   server.Post("/charges", (*layer)->Wrap(ChargeHandler));
+//
+// Per request, Wrap's handler answers (errors are RFC 9457
+// application/problem+json {type, title, status, detail}):
+//
+//   request                                            answer
+//   -------------------------------------------------  -----------------------
+//   no Idempotency-Key (when key_required)             400 ...key-missing
+//   two headers, empty, > 255 chars, bytes outside     400 ...key-invalid
+//     printable ASCII, or a malformed sf-string
+//   first use of (scope, key)                          the handler runs; its
+//                                                      response is stored
+//   same key, other fingerprint                        422 ...key-reused
+//   same key, first request still running              409 ...key-in-flight
+//                                                      + Retry-After
+//   same key, first request finished                   the stored response
+//                                                      + Idempotent-Replayed: true
+//   the key store fails before the handler ran         503 ...unavailable
+//                                                      + Retry-After
+//
+// The key: the header's value as sent, or, when it is an RFC 8941 sf-string
+// ("..." in double quotes), its unescaped content, so `abc` and `"abc"` name
+// the same key.
+//
+// Scope: a key belongs to a caller. The scope is WrapOptions::scope(request)
+// when set, else the value of WrapOptions::scope_header (Authorization by
+// default; "" for no header), and is stored only as a SHA-256, so another
+// caller's key never replays the first caller's response (OWASP API1) and no
+// credential lands in the database. Callers without the header share one
+// anonymous scope: authenticate before this layer where that matters.
+//
+// Fingerprint: SHA-256 over the method, the path, the query parameters
+// (sorted) and the body: its canonical JSON (json_util.h: key order and
+// whitespace do not matter) when it parses as JSON, else its raw bytes.
+//
+// What is stored (the Stripe rule): once the handler has begun, its response
+// is stored, 5xx included: a 500 may follow an applied effect, so a retry
+// must not run the handler again; it gets the same 500, which the client
+// resolves through a status lookup. Two exceptions: a handler that answers
+// 429 or 503 (WrapOptions::released_statuses) declares that it did nothing
+// and asks for a later retry, so its claim is released and a retry runs the
+// handler. A handler that throws is answered, and stored, as a 500 problem.
+// Validation failures, 409s and 422s of this layer are never stored.
+// The stored response is the status, the Content-Type and the body; other
+// headers are not replayed, and a streamed body (set_content_provider) is not
+// captured (a replay has an empty body), so wrapped handlers use set_content.
+//
+// Claims ("change instead of check"): the first request INSERTs an in_flight
+// row in its own transaction, before the handler runs; the primary key
+// (scope, key) makes exactly one concurrent request win, in one process or
+// several sharing the file. An in_flight row older than Options::lock_timeout_ms
+// (its process crashed, or the handler hangs) may be taken over by a retry;
+// the old holder's late result is then discarded (fenced by a claim token).
+// So lock_timeout_ms must exceed the longest handler run.
+//
+// Expiry (published policy): a finished record older than Options::ttl_ms
+// (24 h by default) is forgotten; the key then starts a new request.
+// PurgeExpired deletes such rows.
+//
+// Durability: SQLite in WAL mode with synchronous=FULL by default; the claim
+// and the stored response are each committed before the handler runs and
+// before the response is sent.
+//
+// Thread safety: every method, and every handler Wrap returns, may be called
+// from many threads at once. The layer must outlive the handlers Wrap returns.
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include <httplib.h>
+
+#include "common/clock.h"
+#include "common/status.h"
+
+namespace SQLite {  // NOLINT(readability-identifier-naming): SQLiteCpp's name
+class Database;
+}  // namespace SQLite
+
+namespace idem::server {
+
+/// Problem types (RFC 9457 "type") of the layer's own answers. idem's HTTP
+/// tool recognises the last two by their suffix.
+inline constexpr const char* kProblemKeyMissing = "urn:idem:problem:idempotency-key-missing";
+inline constexpr const char* kProblemKeyInvalid = "urn:idem:problem:idempotency-key-invalid";
+inline constexpr const char* kProblemUnavailable = "urn:idem:problem:idempotency-store-unavailable";
+inline constexpr const char* kProblemHandlerFailed = "urn:idem:problem:handler-failed";
+inline constexpr const char* kProblemKeyInFlight = "urn:idem:problem:idempotency-key-in-flight";
+inline constexpr const char* kProblemKeyReused = "urn:idem:problem:idempotency-key-reused";
+
+/// The longest key accepted (Stripe's limit).
+inline constexpr size_t kMaxIdempotencyKeyLength = 255;
+
+struct IdempotencyOptions {
+  /// An in_flight record older than this may be taken over by a retry.
+  int64_t lock_timeout_ms = 60'000;
+  /// A finished record older than this is forgotten (>= 24 h, like Stripe).
+  int64_t ttl_ms = 24LL * 3600 * 1000;
+  /// Retry-After (seconds) on a 409 and a 503.
+  int retry_after_s = 1;
+  /// PRAGMA synchronous: "FULL" or "EXTRA" survive a power loss; "NORMAL".
+  std::string synchronous = "FULL";
+  /// How long a write waits for another process's lock.
+  int busy_timeout_ms = 5'000;
+  /// Judges lock timeouts and expiry; nullptr: SystemClock::Get(). Not
+  /// owned; must outlive the layer.
+  Clock* clock = nullptr;
+};
+
+struct WrapOptions {
+  /// Answer 400 to a request without a key. When false, such a request runs
+  /// the handler unguarded.
+  bool key_required = true;
+  /// The header naming the caller; "" puts every caller in one scope.
+  std::string scope_header = "Authorization";
+  /// When set, the caller's scope (overrides scope_header). Must not throw.
+  std::function<std::string(const httplib::Request&)> scope;
+  /// Handler statuses that mean "nothing was done, retry later": the claim is
+  /// released instead of the response stored.
+  std::vector<int> released_statuses = {429, 503};
+};
+
+/// A stored record, for tests and diagnostics.
+struct IdempotencyRecord {
+  std::string state;  ///< "in_flight" or "done"
+  std::string fingerprint;
+  int status = 0;
+  std::string content_type;
+  std::string body;
+  int64_t created_ms = 0;
+};
+
+class IdempotencyLayer {
+ public:
+  /// Opens (creating if needed) the SQLite key store at `sqlite_path`.
+  /// kInvalidArgument: bad options or an empty path / ":memory:".
+  /// kFailedPrecondition: the file cannot run in WAL mode.
+  /// kUnavailable: locked by another connection past the busy timeout.
+  /// kInternal: another SQLite failure.
+  static Result<std::unique_ptr<IdempotencyLayer>> Open(const std::string& sqlite_path,
+                                                        IdempotencyOptions options = {});
+
+  ~IdempotencyLayer();
+  IdempotencyLayer(const IdempotencyLayer&) = delete;
+  IdempotencyLayer& operator=(const IdempotencyLayer&) = delete;
+  IdempotencyLayer(IdempotencyLayer&&) = delete;
+  IdempotencyLayer& operator=(IdempotencyLayer&&) = delete;
+
+  /// `handler` guarded by Idempotency-Key (see the file comment).
+  httplib::Server::Handler Wrap(httplib::Server::Handler handler, WrapOptions options = {});
+
+  /// The record of `key` for a request with `scope_text` (the raw scope: the
+  /// header value or the scope function's answer). kNotFound when absent.
+  Result<IdempotencyRecord> Find(const std::string& scope_text, const std::string& key);
+
+  /// Deletes finished records older than ttl_ms; returns how many.
+  Result<int64_t> PurgeExpired();
+
+ private:
+  struct Claim;
+  IdempotencyLayer(std::unique_ptr<SQLite::Database> db, IdempotencyOptions options);
+
+  void Serve(const httplib::Server::Handler& handler, const WrapOptions& options,
+             const httplib::Request& req, httplib::Response& res);
+  Result<Claim> TryClaim(const std::string& scope, const std::string& key,
+                         const std::string& fingerprint);
+  Status Complete(const std::string& scope, const std::string& key, const std::string& token,
+                  const httplib::Response& res);
+  Status Release(const std::string& scope, const std::string& key, const std::string& token);
+
+  std::mutex mu_;  // guards db_: one connection, one statement at a time
+  std::unique_ptr<SQLite::Database> db_;
+  IdempotencyOptions options_;
+  Clock* clock_;
+};
+
+}  // namespace idem::server
