@@ -59,6 +59,9 @@ class SagaRun {
     fence_epoch_ = epoch;
     lease_lost_ = lost;
   }
+  /// The saga's previous driver may still be alive (a shared store with
+  /// leases): a step it left `submitted` may have a call still in flight.
+  void MarkTakenOver() { taken_over_ = true; }
 
  private:
   // ---- journal
@@ -93,7 +96,7 @@ class SagaRun {
   StepEvent ClassifyFailure(const StepSpec& spec, Tool* tool, const StepRecord& st,
                             const ToolOutcome& outcome, bool rolling_back);
   StepEvent ResolveUnknown(const StepSpec& spec, Tool* tool, StepRecord* st, ToolOutcome* out,
-                           bool rolling_back);
+                           bool rolling_back, bool inherited);
 
   storage::Store* store_;
   const ToolRegistry* tools_;
@@ -105,6 +108,7 @@ class SagaRun {
   std::string park_reason_;
   int64_t fence_epoch_ = 0;
   const std::atomic<bool>* lease_lost_ = nullptr;
+  bool taken_over_ = false;
 
   // Before any call to the outside world: the lease must still be ours.
   Status CheckLease() const {
@@ -346,7 +350,7 @@ StepEvent SagaRun::ClassifyFailure(const StepSpec& spec, Tool* tool, const StepR
 // An unknown outcome: status lookup, else a same-key retry where the tool
 // honours keys, else a person. Never a fresh call.
 StepEvent SagaRun::ResolveUnknown(const StepSpec& spec, Tool* tool, StepRecord* st,
-                                  ToolOutcome* out, bool rolling_back) {
+                                  ToolOutcome* out, bool rolling_back, bool inherited) {
   const ToolInfo& info = tool->info();
   bool attempts_left = st->attempt < std::max(spec.retry.max_attempts, 2);
   if (info.has_status) {
@@ -357,6 +361,16 @@ StepEvent SagaRun::ResolveUnknown(const StepSpec& spec, Tool* tool, StepRecord* 
         *out = ToolOutcome::Succeeded(look.result, look.external_ref);
         out->error = "resolved_by_status";
         return StepEvent::kResolvedApplied;
+      }
+      if (look.kind == LookupKind::kNotApplied && inherited && !info.honours_keys) {
+        // Another worker submitted this step and lost its lease; it may be
+        // frozen with its call still on the way. The provider does not
+        // deduplicate keys, so "not applied yet" is no proof: a resend could
+        // book twice. A person decides (resolve --decision retry/...).
+        st->error = "taken over from a worker whose call to " + info.name +
+                    " may still land, and the tool does not deduplicate keys: check key " +
+                    st->step_key;
+        return StepEvent::kUnresolvable;
       }
       if (look.kind == LookupKind::kNotApplied) {
         // The provider says the key never took effect, so a same-key resend
@@ -400,6 +414,10 @@ Result<StepEnd> SagaRun::DriveStep(int index, bool rolling_back) {
 
   std::deque<StepCommand> queue;
   ToolOutcome outcome;
+  // The uncertain call was made by a previous driver that may still be
+  // alive (see MarkTakenOver), not by this drive.
+  bool inherited =
+      taken_over_ && (m.state() == StepState::kSubmitted || m.state() == StepState::kUnknown);
   auto fire = [&](StepEvent e) -> Status {
     auto cmds = m.Fire(e);
     if (!cmds.ok()) return cmds.status();
@@ -477,6 +495,7 @@ Result<StepEnd> SagaRun::DriveStep(int index, bool rolling_back) {
               st.phase.value("preview", Json::object()).value("resource_version", "");
         }
         IDEM_RETURN_IF_ERROR(CheckLease());
+        inherited = false;  // from here on the uncertainty is this drive's own
         outcome = tool->Invoke(call);
         IDEM_FAILPOINT("step.after_call");
         if (outcome.kind == OutcomeKind::kFailed && outcome.stale && spec.two_phase &&
@@ -506,7 +525,7 @@ Result<StepEnd> SagaRun::DriveStep(int index, bool rolling_back) {
         break;
       }
       case StepCommand::kResolveOutcome: {
-        StepEvent e = ResolveUnknown(spec, tool, &st, &outcome, rolling_back);
+        StepEvent e = ResolveUnknown(spec, tool, &st, &outcome, rolling_back, inherited);
         IDEM_RETURN_IF_ERROR(fire(e));
         break;
       }
@@ -984,7 +1003,12 @@ Result<SagaRecord> Engine::RunLeased(const storage::Lease& lease) {
         out = Status::Internal("saga " + saga_id + ": spec and journal disagree on the steps");
       } else {
         SagaRun run(store_, tools_, options_, std::move(rec).value(), std::move(spec).value());
-        if (leased) run.Fence(lease.epoch, keeper->lost());
+        if (leased) {
+          run.Fence(lease.epoch, keeper->lost());
+          // With leases, another process may have driven the saga before;
+          // without, the file lock proves the previous driver is gone.
+          run.MarkTakenOver();
+        }
         Status s = run.Drive();
         if (s.ok()) {
           out = run.record();

@@ -8,7 +8,7 @@ PACKAGES=(
   libboost-dev libpqxx-dev nlohmann-json3-dev libcpp-httplib-dev
   libspdlog-dev libgtest-dev libgmock-dev libsqlitecpp-dev libsqlite3-dev
   libvalijson-dev libcli11-dev libssl-dev prometheus-cpp-dev
-  libbenchmark-dev sqlite3 postgresql-15 postgresql-client-15 curl
+  libbenchmark-dev sqlite3 postgresql-15 postgresql-client-15 curl jq
 )
 
 missing=()

@@ -7,6 +7,11 @@
 #                                   postgresql://postgres@127.0.0.1:PORT/idem_test
 #   pg-test-server.sh stop DIR    stops the server (if running) and removes DIR.
 #                                 Idempotent: fine if DIR is absent or stopped.
+#   pg-test-server.sh restart DIR crashes and restarts the server of DIR
+#                                 (pg_ctl restart -m immediate: no shutdown
+#                                 checkpoint, crash recovery on start) on the
+#                                 same port; DIR/url stays valid. Returns once
+#                                 the server accepts connections again.
 #
 # The server trusts local connections (-A trust), runs with fsync and
 # synchronous_commit on (the store's durability assumptions), and keeps its
@@ -17,7 +22,7 @@
 set -euo pipefail
 
 usage() {
-  echo "usage: $0 start|stop DIR" >&2
+  echo "usage: $0 start|stop|restart DIR" >&2
   exit 2
 }
 
@@ -143,8 +148,28 @@ stop() {
   echo "pg-test-server: stopped and removed $dir"
 }
 
+# An immediate restart: the postmaster and its backends quit at once (every
+# client connection breaks mid-transaction), then the server starts again
+# with the options it was started with (postmaster.opts: the same port) and
+# replays the WAL. For the tests of reconnection and lost-commit handling.
+restart() {
+  if [[ ! -f "$dir/data/postmaster.opts" ]]; then
+    echo "pg-test-server: no server set up in $dir (run start first)" >&2
+    exit 1
+  fi
+  as_owner "$PG_BIN/pg_ctl" -D "$dir/data" -l "$dir/server.log" -m immediate -w -t 60 \
+    restart >"$dir/pg_ctl.log" 2>&1 || {
+    echo "pg-test-server: could not restart PostgreSQL in $dir" >&2
+    cat "$dir/pg_ctl.log" >&2 || true
+    tail -n 20 "$dir/server.log" >&2 || true
+    exit 1
+  }
+  echo "pg-test-server: restarted $(cat "$dir/url" 2>/dev/null || echo "the server") in $dir"
+}
+
 case "$cmd" in
   start) start ;;
   stop) stop ;;
+  restart) restart ;;
   *) usage ;;
 esac

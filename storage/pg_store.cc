@@ -408,6 +408,11 @@ Status TooNew(int version) {
 struct PgConnection {
   explicit PgConnection(const std::string& conninfo) : conn(conninfo), quiet(conn) {
     conn.set_client_encoding("UTF8");
+    // A process frozen (SIGSTOP, a long GC-like pause) inside a transaction
+    // must not hold its row locks for ever: FOR UPDATE SKIP LOCKED claims
+    // skip locked sagas, so the server ends such a session after a while and
+    // the sagas become claimable once their leases expire.
+    conn.set_variable("idle_in_transaction_session_timeout", "'10s'");
     for (const Statement& s : kStatements) conn.prepare(s.name, s.sql);
     pid = conn.backendpid();
   }

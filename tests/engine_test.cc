@@ -133,10 +133,13 @@ class EngineTest : public ::testing::Test {
     ASSERT_TRUE(tools_.Register(MakeTool(&provider_, name, c, keys, status)).ok());
   }
 
-  Engine MakeEngine() {
+  // By default one process owns the journal (as the CLI on SQLite): no
+  // leases. Tests of takeovers between workers ask for leases.
+  Engine MakeEngine(bool use_leases = false) {
     EngineOptions o;
     o.clock = &clock_;
     o.signer = &signer_;
+    o.use_leases = use_leases;
     o.observer = [this](const storage::JournalEntry& e) {
       events_.push_back(e.step_id + ":" + e.event);
     };
@@ -560,6 +563,73 @@ TEST_F(EngineTest, ResolveRefusesWhatDoesNotFit) {
   auto still = store_->LoadSaga(parked.summary.saga_id);
   ASSERT_TRUE(still.ok());
   EXPECT_EQ(still->summary.state, "needs_attention") << "refusals write nothing";
+}
+
+// A step left `submitted` by a worker that lost its lease: that worker may be
+// frozen with its call still in flight (RELIABILITY.md row 7).
+TEST_F(EngineTest, TakenOverStepOfAToolWithoutKeysIsParkedNotResent) {
+  Engine e = MakeEngine(/*use_leases=*/true);
+  SagaSpec spec = Spec("status_only.do");
+  auto sub = e.Submit(spec, {{"who", "ana"}}, "takeover-1");
+  ASSERT_TRUE(sub.ok());
+  auto rec = store_->LoadSaga(sub->saga_id);
+  ASSERT_TRUE(rec.ok());
+  storage::WriteBatch b;
+  b.saga_id = sub->saga_id;
+  b.saga_state = "running";
+  auto first = rec->steps[0];
+  first.state = "succeeded";
+  first.attempt = 1;
+  first.result = {{"ref", "a.do:" + first.step_key}};
+  auto second = rec->steps[1];
+  second.state = "submitted";  // the other worker's call may still land
+  second.attempt = 1;
+  b.steps = {first, second};
+  ASSERT_TRUE(store_->Commit(b).ok());
+  auto out = e.Run(sub->saga_id);
+  ASSERT_TRUE(out.ok()) << out.status().ToString();
+  EXPECT_EQ(out->summary.state, "needs_attention");
+  EXPECT_NE(out->steps[1].error.find("does not deduplicate keys"), std::string::npos)
+      << out->steps[1].error;
+  EXPECT_EQ(Calls(second.step_key), 0) << "no resend while the first call may land";
+}
+
+TEST_F(EngineTest, TakenOverStepOfAKeyedToolIsResentUnderItsKey) {
+  Engine e = MakeEngine(/*use_leases=*/true);
+  SagaSpec spec = Spec();  // b.do honours keys and has a status lookup
+  auto sub = e.Submit(spec, {{"who", "ana"}}, "takeover-2");
+  ASSERT_TRUE(sub.ok());
+  auto rec = store_->LoadSaga(sub->saga_id);
+  ASSERT_TRUE(rec.ok());
+  storage::WriteBatch b;
+  b.saga_id = sub->saga_id;
+  b.saga_state = "running";
+  auto first = rec->steps[0];
+  first.state = "succeeded";
+  first.attempt = 1;
+  first.result = {{"ref", "a.do:" + first.step_key}};
+  auto second = rec->steps[1];
+  second.state = "submitted";
+  second.attempt = 1;
+  second.args = {{"after", "a.do:" + first.step_key}};
+  b.steps = {first, second};
+  ASSERT_TRUE(store_->Commit(b).ok());
+  auto out = e.Run(sub->saga_id);
+  ASSERT_TRUE(out.ok()) << out.status().ToString();
+  EXPECT_EQ(out->summary.state, "succeeded");
+  EXPECT_EQ(Applied(second.step_key), 1) << "a late first call would be deduplicated";
+}
+
+TEST_F(EngineTest, ALeaseHeldByAnotherWorkerKeepsTheSagaFromThisOne) {
+  Engine e = MakeEngine(/*use_leases=*/true);
+  auto sub = e.Submit(Spec(), {{"who", "ana"}}, "held-1");
+  ASSERT_TRUE(sub.ok());
+  auto held = store_->ClaimSaga(sub->saga_id, "other-worker", 60'000);
+  ASSERT_TRUE(held.ok()) << held.status().ToString();
+  auto out = e.Run(sub->saga_id);
+  ASSERT_FALSE(out.ok());
+  EXPECT_EQ(out.status().code(), Code::kAborted);
+  EXPECT_TRUE(provider_.order.empty()) << "nothing called without the lease";
 }
 
 // ---- two-phase steps and approval (RELIABILITY.md rows 13-18)
