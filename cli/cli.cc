@@ -12,7 +12,9 @@
 #include "saga/engine.h"
 #include "saga/spec.h"
 #include "saga/states.h"
+#include "server/server.h"
 #include "storage/store.h"
+#include "tools/http_tool.h"
 
 #include "common/failpoint.h"
 #include <fcntl.h>
@@ -219,6 +221,12 @@ struct Options {
   std::string owner;
   int64_t lease_ms = 30'000;
   int64_t poll_ms = 100;
+  std::string listen = "127.0.0.1:8080";
+  std::string auth_path;
+  std::string tools_path;
+  std::string state_path;
+  bool insecure_no_auth = false;
+  int workers = 4;
 };
 
 std::atomic<bool> g_stop{false};
@@ -547,6 +555,62 @@ int CmdWorker(const Options& o, const ToolRegistry& tools, storage::Store* store
   return kExitOk;
 }
 
+// `serve`: the REST API (server/server.h) until SIGTERM or SIGINT.
+int CmdServe(const Options& o, const ToolRegistry& tools, storage::Store* store,
+             const preview_commit::TokenSigner* signer) {
+  server::ServerOptions so;
+  size_t colon = o.listen.rfind(':');
+  if (colon == std::string::npos || colon == 0) {
+    return Fail(Status::InvalidArgument("--listen: expected HOST:PORT, got " + o.listen));
+  }
+  so.host = o.listen.substr(0, colon);
+  if (so.host.size() > 2 && so.host.front() == '[' && so.host.back() == ']') {
+    so.host = so.host.substr(1, so.host.size() - 2);
+  }
+  try {
+    size_t used = 0;
+    so.port = std::stoi(o.listen.substr(colon + 1), &used);
+    if (used != o.listen.size() - colon - 1) throw std::invalid_argument("port");
+  } catch (const std::exception&) {
+    return Fail(Status::InvalidArgument("--listen: bad port in " + o.listen));
+  }
+  if (!o.auth_path.empty()) {
+    auto principals = server::LoadPrincipals(o.auth_path);
+    if (!principals.ok()) return Fail(principals.status());
+    so.principals = std::move(principals).value();
+  }
+  so.insecure_no_auth = o.insecure_no_auth;
+  so.workers = o.workers;
+  so.use_leases = IsPostgres(g_store_locator);
+  so.state_path = !o.state_path.empty()         ? o.state_path
+                  : IsPostgres(g_store_locator) ? "idem-server.db"
+                                                : g_store_locator + ".server.db";
+  so.signer = signer;
+  auto srv = server::Server::Create(store, &tools, so);
+  if (!srv.ok() && srv.status().code() == Code::kFailedPrecondition) {
+    Fail(srv.status());
+    return kExitUsage;  // no --auth, or --insecure-no-auth off loopback
+  }
+  if (!srv.ok()) return Fail(srv.status());
+  struct sigaction sa {};
+  sa.sa_handler = OnStopSignal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGINT, &sa, nullptr);
+  Status started = (*srv)->Start();
+  if (!started.ok()) return Fail(started);
+  std::printf("idem server listening on %s:%d (%s, %d workers%s)\n", so.host.c_str(),
+              (*srv)->port(), so.use_leases ? "PostgreSQL, leases" : "SQLite, one driver",
+              so.workers, so.principals.empty() ? ", NO AUTH" : "");
+  std::fflush(stdout);
+  while (!g_stop.load()) ::usleep(100'000);
+  std::printf("idem server: stopping (running steps finish)\n");
+  std::fflush(stdout);
+  (*srv)->Stop();
+  std::printf("idem server: stopped\n");
+  return kExitOk;
+}
+
 int CmdFailpoints() {
   for (const auto& fp : failpoint::KnownFailpoints()) {
     std::printf("%-32s %s\n", fp.name, fp.boundary);
@@ -643,6 +707,19 @@ int RunCli(int argc, char** argv, const FrontendConfig& config) {
   keys_cmd->add_option("ACTION", o.keys_action, "list | rotate | retire")->required();
   keys_cmd->add_option("KEY", o.key_id, "the key id to retire");
 
+  auto* serve = app.add_subcommand(
+      "serve", "serve the REST API (/v1) and drive sagas until SIGTERM (docs/server.md)");
+  serve->add_option("--listen", o.listen, "HOST:PORT (default 127.0.0.1:8080)");
+  serve->add_option("--auth", o.auth_path,
+                    "callers: JSON [{\"name\", \"token_sha256\", \"roles\": [...]}]");
+  serve->add_flag("--insecure-no-auth", o.insecure_no_auth,
+                  "serve without authentication (loopback only)");
+  serve->add_option("--tools", o.tools_path, "an HTTP tools file to register");
+  serve->add_option("--workers", o.workers, "sagas driven at once")->check(CLI::Range(1, 256));
+  serve->add_option("--state", o.state_path,
+                    "the server's own SQLite file: Idempotency-Key records and the spec "
+                    "registry (default <db>.server.db, or ./idem-server.db for PostgreSQL)");
+
   auto* fps = app.add_subcommand("failpoints", "list the failpoint names IDEM_FAILPOINT accepts");
 
   app.footer(
@@ -668,6 +745,10 @@ int RunCli(int argc, char** argv, const FrontendConfig& config) {
     Status s = config.register_tools(tools, ctx);
     if (!s.ok()) return Fail(s);
   }
+  if (serve->parsed() && !o.tools_path.empty()) {
+    Status loaded = LoadHttpTools(o.tools_path, &tools);
+    if (!loaded.ok()) return Fail(loaded);
+  }
   if (validate->parsed()) return CmdValidate(o, tools);
 
   g_store_locator = o.db;
@@ -676,7 +757,7 @@ int RunCli(int argc, char** argv, const FrontendConfig& config) {
   if (keys_cmd->parsed()) return CmdKeys(o, &keys);
 
   bool drives = run->parsed() || recover->parsed() || resolve->parsed() || approve->parsed() ||
-                reject->parsed() || worker->parsed();
+                reject->parsed() || worker->parsed() || serve->parsed();
   const preview_commit::TokenSigner* signer = nullptr;
   if (drives) {
     auto sg = keys.Signer();
@@ -702,6 +783,7 @@ int RunCli(int argc, char** argv, const FrontendConfig& config) {
   if (worker->parsed()) return CmdWorker(o, tools, store->get(), signer);
   if (approve->parsed()) return CmdDecide(o, true, tools, store->get(), signer);
   if (reject->parsed()) return CmdDecide(o, false, tools, store->get(), signer);
+  if (serve->parsed()) return CmdServe(o, tools, store->get(), signer);
   return kExitUsage;
 }
 

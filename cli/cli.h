@@ -17,6 +17,7 @@
 //   submit SPEC --input JSON|@FILE [--intent-key K]  record a saga for workers
 //   worker [--owner N] [--concurrency C] [--lease-ms L]  drive sagas until SIGTERM
 //   failpoints                                     list the failpoint names
+//   serve [--listen H:P] [--auth F] [--tools F] [--workers N]  the REST API (docs/server.md)
 // Global options: --store (or --db) LOCATOR: a SQLite file or postgresql://...
 // (default $IDEM_STORE, $IDEM_DB or ./idem.db); --keys PATH
 // (commit-token keys, default <db>.keys.json, created with mode 0600).

@@ -22,7 +22,8 @@ TEST(ToolRegistryTest, RegistersAndFinds) {
           .ok());
   Tool* t = r.Find("flights.reserve");
   ASSERT_NE(t, nullptr);
-  EXPECT_EQ(t->Invoke(ToolCall{"flights.reserve", "key-1", {}, 1, "s", "x"}).result["k"], "key-1");
+  EXPECT_EQ(t->Invoke(ToolCall{"flights.reserve", "key-1", {}, 1, "s", "x", ""}).result["k"],
+            "key-1");
   EXPECT_EQ(r.Find("flights.cancle"), nullptr);
 }
 

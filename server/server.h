@@ -1,0 +1,137 @@
+#pragma once
+// The idem server: a versioned REST API (/v1) over the engine.
+//
+//   POST /v1/sagas                      submit {"spec": <object or name>, "input": {...}}
+//                                       under an Idempotency-Key; 201 new, 200 existing
+//   GET  /v1/sagas/{id}                 the saga, its steps and effects (owner only)
+//   GET  /v1/sagas?status=S&limit=N     the caller's sagas, newest first
+//   POST /v1/sagas/{id}/cancel          cancel (see below)
+//   PUT  /v1/specs/{name}               register a spec version (validated; versions kept)
+//   GET  /v1/specs, /v1/specs/{name}    the registered specs
+//   GET  /v1/approvals                  commits waiting for a person (approver)
+//   POST /v1/approvals/{token}/approve  {"note": ...}    (approver)
+//   POST /v1/approvals/{token}/reject   {"reason": ...}  (approver)
+//   GET  /healthz, /readyz, /metrics    liveness, store reachable, Prometheus text
+//
+// server/openapi.json describes every endpoint, body and error; docs/server.md
+// explains how to run it. Errors are RFC 9457 application/problem+json
+// {type, title, status, detail} with types "urn:idem:problem:<name>".
+//
+// Callers: a bearer token (Authorization: Bearer <token>) names a principal
+// of ServerOptions::principals, found by the SHA-256 of the token compared
+// with CRYPTO_memcmp. Role "agent" submits and reads its own sagas; role
+// "approver" lists and decides approvals (never for a saga of its own).
+// A saga belongs to the principal that submitted it: its intent key is
+// stored as "<principal>:<Idempotency-Key>", so keys are scoped per caller
+// and another caller's GET answers 404.
+//
+// Idempotency-Key (draft-ietf-httpapi-idempotency-key-header) on POST
+// /v1/sagas through server::IdempotencyLayer, scoped by principal: missing
+// 400, in flight 409 (+ Retry-After), other payload 422, after completion
+// the stored response (+ Idempotent-Replayed: true). When the key store has
+// forgotten a key (TTL), the journal's intent key still dedupes: 200 with
+// the existing saga, or 422 for other content.
+//
+// Driving: on SQLite (use_leases = false) this process is the one driver
+// (the caller holds the DriverLock): a pool of `workers` threads drives the
+// sagas the API submits, and a sweeper re-queues every unfinished saga
+// (startup recovery, store hiccups, expired approvals). On PostgreSQL
+// (use_leases = true) Engine::Work claims sagas with leases, beside other
+// workers; the sweeper only drives sagas waiting on an approval.
+//
+// Cancel: a pending saga is cancelled (the saga machine's CancelRequested);
+// a saga awaiting approval is rolled back by rejecting its commit; a saga
+// already compensating or cancelled answers 200 as it stands; a running
+// saga answers 409 (the engine cannot stop a drive between steps for one
+// saga), as do finished and parked ones.
+//
+// Thread safety: Start and Stop from one thread; the server serves requests
+// from its own threads. Not copyable.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "preview_commit/token.h"
+#include "storage/store.h"
+#include "tools/tool.h"
+
+#include "common/clock.h"
+#include "common/status.h"
+
+namespace idem::server {
+
+/// A caller allowed in, from the --auth file.
+struct Principal {
+  std::string name;                ///< [A-Za-z0-9._-]{1,64}
+  std::string token_sha256;        ///< lower-case hex SHA-256 of the bearer token
+  std::vector<std::string> roles;  ///< "agent", "approver"
+};
+
+/// Parses an auth document: [{"name": ..., "token_sha256": ..., "roles": [...]}, ...].
+/// kInvalidArgument naming the place (`[1].roles[0]: unknown role "admin"`);
+/// duplicate names or token hashes are errors.
+Result<std::vector<Principal>> ParsePrincipals(const std::string& json_text);
+
+/// Reads and parses an auth file. kNotFound when it cannot be read; refuses
+/// (kFailedPrecondition) a file that group or others may write.
+Result<std::vector<Principal>> LoadPrincipals(const std::string& path);
+
+struct ServerOptions {
+  std::string host = "127.0.0.1";
+  int port = 8080;  ///< 0: an ephemeral port (see Server::port)
+  std::vector<Principal> principals;
+  /// Without principals the server refuses to start unless this is set, and
+  /// then only on a loopback host; every caller is "anonymous" with both roles.
+  bool insecure_no_auth = false;
+  int workers = 4;          ///< sagas driven at once
+  bool use_leases = false;  ///< PostgreSQL: Engine::Work with leases
+  std::string owner;        ///< lease owner name (default: a fresh id)
+  int64_t lease_ms = 30'000;
+  int64_t poll_ms = 100;     ///< Engine::Work's wait between empty claims
+  int64_t sweep_ms = 2'000;  ///< the sweeper's period
+  /// The server's own SQLite file: Idempotency-Key records and the spec
+  /// registry. Required.
+  std::string state_path;
+  int64_t idempotency_ttl_ms = 24LL * 3600 * 1000;
+  size_t max_body_bytes = 1 << 20;  ///< larger bodies: 413
+  int max_json_depth = 64;          ///< deeper: 400
+  int read_timeout_s = 10;          ///< per socket read (slow clients)
+  int write_timeout_s = 10;
+  int keep_alive_timeout_s = 5;
+  int keep_alive_max_count = 100;
+  int http_threads = 8;
+  /// Mints and checks commit tokens; not owned; required for approvals.
+  const preview_commit::TokenSigner* signer = nullptr;
+  Clock* clock = nullptr;  ///< nullptr: SystemClock::Get()
+};
+
+class Server {
+ public:
+  /// Checks the options (auth, loopback, state file). `store` and `tools`
+  /// are not owned and must outlive the server.
+  /// kInvalidArgument for bad options; kFailedPrecondition for no auth
+  /// without insecure_no_auth, or insecure_no_auth off loopback.
+  static Result<std::unique_ptr<Server>> Create(storage::Store* store, const ToolRegistry* tools,
+                                                ServerOptions options);
+  ~Server();  ///< Stop()
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
+  /// Binds, starts the drivers and the HTTP threads, returns once listening.
+  /// kUnavailable when the address cannot be bound.
+  Status Start();
+  /// The bound port (after Start).
+  int port() const;
+  /// Graceful: stops accepting, lets running steps finish (sagas are left
+  /// between steps for the next start), joins every thread. Idempotent.
+  void Stop();
+
+ private:
+  struct Impl;
+  explicit Server(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace idem::server

@@ -1,0 +1,676 @@
+// The idem server end to end: a real server on an ephemeral loopback port,
+// a real SQLite journal, in-process FunctionTools as providers. Every
+// response is checked against server/openapi.json (status declared for the
+// operation, content type declared, required fields and types of the body).
+
+#include "server/server.h"
+
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include <gtest/gtest.h>
+#include <httplib.h>
+
+#include "preview_commit/token.h"
+#include "storage/store.h"
+#include "tools/tool.h"
+
+#include "common/json_util.h"
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+namespace idem::server {
+namespace {
+
+namespace fs = std::filesystem;
+
+// ---- OpenAPI checks
+
+class Api {
+ public:
+  Api() {
+    std::ifstream in(std::string(IDEM_SOURCE_DIR) + "/server/openapi.json");
+    doc_ = Json::parse(in);
+  }
+
+  // Checks a response of `method` on `path` (the template, as in the
+  // document) against the document. Returns the body as JSON (null for
+  // non-JSON bodies).
+  Json Check(const std::string& method, const std::string& path, const httplib::Result& r) {
+    Json body;
+    if (!r) {
+      ADD_FAILURE() << method << " " << path << ": no response (" << httplib::to_string(r.error())
+                    << ")";
+      return body;
+    }
+    const Json& paths = doc_["paths"];
+    if (!paths.contains(path) || !paths[path].contains(method)) {
+      ADD_FAILURE() << method << " " << path << ": not in openapi.json";
+      return body;
+    }
+    const Json& responses = paths[path][method]["responses"];
+    std::string status = std::to_string(r->status);
+    if (!responses.contains(status)) {
+      ADD_FAILURE() << method << " " << path << ": status " << status
+                    << " is not declared; body: " << r->body;
+      return body;
+    }
+    Json resp = Resolve(responses[status]);
+    std::string ct = r->get_header_value("Content-Type");
+    ct = ct.substr(0, ct.find(';'));
+    if (!resp.contains("content")) return body;
+    if (!resp["content"].contains(ct)) {
+      ADD_FAILURE() << method << " " << path << " " << status << ": content type \"" << ct
+                    << "\" not declared";
+      return body;
+    }
+    const Json& schema = resp["content"][ct]["schema"];
+    if (ct == "text/plain") return body;
+    try {
+      body = Json::parse(r->body);
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << method << " " << path << ": body is not JSON: " << r->body;
+      return body;
+    }
+    std::string err = Validate(body, schema, "body");
+    if (!err.empty()) ADD_FAILURE() << method << " " << path << " " << status << ": " << err;
+    return body;
+  }
+
+ private:
+  Json Resolve(const Json& j) const {
+    if (!j.is_object() || !j.contains("$ref")) return j;
+    std::string ref = j["$ref"].get<std::string>().substr(1);  // "/components/..."
+    return Resolve(doc_.at(Json::json_pointer(ref)));
+  }
+
+  std::string Validate(const Json& v, const Json& schema_in, const std::string& at) const {
+    Json schema = Resolve(schema_in);
+    if (schema.contains("allOf")) {
+      for (const Json& s : schema["allOf"]) {
+        std::string e = Validate(v, s, at);
+        if (!e.empty()) return e;
+      }
+    }
+    if (v.is_null() && schema.value("nullable", false)) return "";
+    if (schema.contains("type")) {
+      std::string t = schema["type"];
+      bool ok = (t == "object" && v.is_object()) || (t == "array" && v.is_array()) ||
+                (t == "string" && v.is_string()) || (t == "integer" && v.is_number_integer()) ||
+                (t == "number" && v.is_number()) || (t == "boolean" && v.is_boolean());
+      if (!ok) return at + ": expected " + t + ", got " + v.dump();
+    }
+    if (schema.contains("enum")) {
+      bool found = false;
+      for (const Json& e : schema["enum"]) found = found || e == v;
+      if (!found) return at + ": " + v.dump() + " not in the enum";
+    }
+    if (v.is_object()) {
+      for (const Json& r : schema.value("required", Json::array())) {
+        if (!v.contains(r.get<std::string>())) return at + ": missing required " + r.dump();
+      }
+      const Json props = schema.value("properties", Json::object());
+      for (auto it = props.begin(); it != props.end(); ++it) {
+        if (!v.contains(it.key())) continue;
+        std::string e = Validate(v.at(it.key()), it.value(), at + "." + it.key());
+        if (!e.empty()) return e;
+      }
+    }
+    if (v.is_array() && schema.contains("items")) {
+      for (size_t i = 0; i < v.size(); ++i) {
+        std::string e = Validate(v[i], schema["items"], at + "[" + std::to_string(i) + "]");
+        if (!e.empty()) return e;
+      }
+    }
+    return "";
+  }
+
+  Json doc_;
+};
+
+// ---- providers
+
+struct Ledger {
+  std::mutex mu;
+  std::map<std::string, int> applied;  // key -> times applied
+  int previews = 0;
+  int Count(const std::string& prefix) {
+    std::lock_guard<std::mutex> lock(mu);
+    int n = 0;
+    for (const auto& [k, c] : applied) n += k.rfind(prefix, 0) == 0 ? c : 0;
+    return n;
+  }
+};
+
+std::unique_ptr<Tool> MakeTool(const std::string& name, std::shared_ptr<Ledger> ledger,
+                               bool preview) {
+  ToolInfo info;
+  info.name = name;
+  info.effect = EffectClass::kWrite;
+  info.honours_keys = true;
+  auto invoke = [ledger, name](const ToolCall& call) {
+    std::lock_guard<std::mutex> lock(ledger->mu);
+    if (ledger->applied[call.key] == 0) ledger->applied[call.key] = 1;
+    return ToolOutcome::Succeeded({{"ref", name + ":" + call.key}}, name + ":" + call.key);
+  };
+  auto lookup = [ledger](const std::string& key) {
+    std::lock_guard<std::mutex> lock(ledger->mu);
+    LookupOutcome o;
+    o.kind = ledger->applied[key] > 0 ? LookupKind::kApplied : LookupKind::kNotApplied;
+    return o;
+  };
+  FunctionTool::PreviewFn pv;
+  if (preview) {
+    pv = [ledger, name](const ToolCall& call) {
+      std::lock_guard<std::mutex> lock(ledger->mu);
+      ++ledger->previews;
+      PreviewOutcome o;
+      o.ok = true;
+      o.summary = name + " " + call.args.dump();
+      o.changes = call.args;
+      o.resource_version = "v1";
+      return o;
+    };
+  }
+  return std::make_unique<FunctionTool>(info, invoke, lookup, pv);
+}
+
+const char* kAgent1 = "token-agent-1";
+const char* kAgent2 = "token-agent-2";
+const char* kApprover = "token-approver-1";
+
+Json OneStepSpec() {
+  return {{"name", "trip"},
+          {"steps",
+           {{{"id", "book"},
+             {"tool", "a.do"},
+             {"args", {{"who", "${input.who}"}}},
+             {"compensate", {{"tool", "a.undo"}}}}}}};
+}
+
+Json PaySpec() {
+  return {{"steps",
+           {{{"id", "book"}, {"tool", "a.do"}, {"compensate", {{"tool", "a.undo"}}}},
+            {{"id", "pay"},
+             {"tool", "pay.charge"},
+             {"args", {{"amount", "${input.amount}"}}},
+             {"two_phase", true},
+             {"approval", "human"},
+             {"compensate", {{"tool", "pay.refund"}}}}}}};
+}
+
+class ServerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("idem_server_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    auto s = storage::OpenStore((dir_ / "journal.db").string());
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    store_ = std::move(s).value();
+    ledger_ = std::make_shared<Ledger>();
+    for (const char* n : {"a.do", "a.undo", "pay.refund"}) {
+      ASSERT_TRUE(tools_.Register(MakeTool(n, ledger_, false)).ok());
+    }
+    ASSERT_TRUE(tools_.Register(MakeTool("pay.charge", ledger_, true)).ok());
+    ring_ = std::make_unique<preview_commit::KeyRing>(
+        preview_commit::KeyRing::ForTesting({{"k1", "0123456789abcdef0123456789abcdef"}}, "k1"));
+    preview_commit::TokenOptions to;
+    to.max_ttl_ms = 30LL * 24 * 3600 * 1000;
+    signer_ = std::make_unique<preview_commit::TokenSigner>(ring_.get(), SystemClock::Get(), to);
+
+    ServerOptions o;
+    o.host = "127.0.0.1";
+    o.port = 0;
+    o.principals = {{"agent-1", Sha256Hex(kAgent1), {"agent"}},
+                    {"agent-2", Sha256Hex(kAgent2), {"agent"}},
+                    {"approver-1", Sha256Hex(kApprover), {"approver"}}};
+    o.workers = 2;
+    o.sweep_ms = 200;
+    o.state_path = (dir_ / "server.db").string();
+    o.signer = signer_.get();
+    o.http_threads = 16;
+    auto srv = Server::Create(store_.get(), &tools_, o);
+    ASSERT_TRUE(srv.ok()) << srv.status().ToString();
+    server_ = std::move(srv).value();
+    ASSERT_TRUE(server_->Start().ok());
+    port_ = server_->port();
+  }
+
+  void TearDown() override {
+    if (server_) server_->Stop();
+    server_.reset();
+    store_.reset();
+    fs::remove_all(dir_);
+  }
+
+  httplib::Headers Auth(const char* token) const {
+    httplib::Headers h;
+    if (token != nullptr) h.emplace("Authorization", std::string("Bearer ") + token);
+    return h;
+  }
+
+  httplib::Result Post(const std::string& path, const Json& body, const char* token,
+                       const std::string& key = "") {
+    httplib::Client c("127.0.0.1", port_);
+    c.set_read_timeout(20, 0);
+    httplib::Headers h = Auth(token);
+    if (!key.empty()) h.emplace("Idempotency-Key", key);
+    return c.Post(path.c_str(), h, body.dump(), "application/json");
+  }
+  httplib::Result PostRaw(const std::string& path, const std::string& body, const char* token,
+                          const std::string& key = "") {
+    httplib::Client c("127.0.0.1", port_);
+    httplib::Headers h = Auth(token);
+    if (!key.empty()) h.emplace("Idempotency-Key", key);
+    return c.Post(path.c_str(), h, body, "application/json");
+  }
+  httplib::Result Put(const std::string& path, const Json& body, const char* token) {
+    httplib::Client c("127.0.0.1", port_);
+    return c.Put(path.c_str(), Auth(token), body.dump(), "application/json");
+  }
+  httplib::Result Get(const std::string& path, const char* token) {
+    httplib::Client c("127.0.0.1", port_);
+    return c.Get(path.c_str(), Auth(token));
+  }
+
+  // Polls GET /v1/sagas/{id} until the saga is in `state` (10 s at most).
+  Json WaitFor(const std::string& id, const std::string& state, const char* token = kAgent1) {
+    Json saga;
+    for (int i = 0; i < 500; ++i) {
+      auto r = Get("/v1/sagas/" + id, token);
+      saga = api_.Check("get", "/v1/sagas/{id}", r);
+      if (saga.is_object() && saga.value("state", "") == state) return saga;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    ADD_FAILURE() << "saga " << id << " never reached " << state << ": " << saga.dump();
+    return saga;
+  }
+
+  void ExpectHealthy() {
+    auto r = Get("/healthz", nullptr);
+    api_.Check("get", "/healthz", r);
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 200);
+  }
+
+  // A raw request: what httplib's client would not send. Returns the status.
+  int Raw(const std::string& request) {
+    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(port_));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+      ::close(fd);
+      return -1;
+    }
+    timeval tv{5, 0};
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    (void)::send(fd, request.data(), request.size(), MSG_NOSIGNAL);
+    std::string got;
+    char buf[4096];
+    ssize_t n;
+    while ((n = ::recv(fd, buf, sizeof(buf), 0)) > 0) {
+      got.append(buf, static_cast<size_t>(n));
+      if (got.find("\r\n\r\n") != std::string::npos) break;
+    }
+    ::close(fd);
+    if (got.rfind("HTTP/1.1 ", 0) != 0) return -1;
+    raw_response_ = got;
+    return std::stoi(got.substr(9, 3));
+  }
+
+  fs::path dir_;
+  std::unique_ptr<storage::Store> store_;
+  ToolRegistry tools_;
+  std::shared_ptr<Ledger> ledger_;
+  std::unique_ptr<preview_commit::KeyRing> ring_;
+  std::unique_ptr<preview_commit::TokenSigner> signer_;
+  std::unique_ptr<Server> server_;
+  int port_ = 0;
+  Api api_;
+  std::string raw_response_;
+};
+
+TEST_F(ServerTest, SubmitThenPollUntilSucceeded) {
+  auto r =
+      Post("/v1/sagas", {{"spec", OneStepSpec()}, {"input", {{"who", "ada"}}}}, kAgent1, "trip-1");
+  Json saga = api_.Check("post", "/v1/sagas", r);
+  ASSERT_EQ(r->status, 201) << r->body;
+  EXPECT_EQ(saga["intent_key"], "trip-1");
+  EXPECT_EQ(r->get_header_value("Location"), "/v1/sagas/" + saga["saga_id"].get<std::string>());
+  Json done = WaitFor(saga["saga_id"], "succeeded");
+  ASSERT_EQ(done["steps"].size(), 1u);
+  EXPECT_EQ(done["steps"][0]["state"], "succeeded");
+  EXPECT_EQ(done["steps"][0]["args"]["who"], "ada");
+  ASSERT_EQ(done["effects"].size(), 1u);
+  EXPECT_EQ(ledger_->Count(""), 1);
+
+  auto list = Get("/v1/sagas?status=succeeded&limit=10", kAgent1);
+  Json l = api_.Check("get", "/v1/sagas", list);
+  ASSERT_EQ(l["sagas"].size(), 1u);
+  EXPECT_EQ(l["sagas"][0]["saga_id"], saga["saga_id"]);
+  auto bad = Get("/v1/sagas?status=nope", kAgent1);
+  api_.Check("get", "/v1/sagas", bad);
+  EXPECT_EQ(bad->status, 400);
+
+  // A retry after completion: the stored response, marked as a replay.
+  auto again =
+      Post("/v1/sagas", {{"input", {{"who", "ada"}}}, {"spec", OneStepSpec()}}, kAgent1, "trip-1");
+  Json replay = api_.Check("post", "/v1/sagas", again);
+  EXPECT_EQ(again->status, 201);
+  EXPECT_EQ(again->get_header_value("Idempotent-Replayed"), "true");
+  EXPECT_EQ(replay["saga_id"], saga["saga_id"]);
+  EXPECT_EQ(ledger_->Count(""), 1);
+
+  auto m = Get("/metrics", nullptr);
+  api_.Check("get", "/metrics", m);
+  EXPECT_NE(m->body.find("idem_sagas{state=\"succeeded\"} 1"), std::string::npos) << m->body;
+  EXPECT_NE(m->body.find("idem_step_outcomes_total{outcome=\"succeeded\"} 1"), std::string::npos);
+  EXPECT_NE(m->body.find("idem_duplicates_absorbed_total{how=\"stored_response\"} 1"),
+            std::string::npos);
+  EXPECT_NE(m->body.find("idem_saga_time_to_terminal_seconds_count 1"), std::string::npos);
+  auto ready = Get("/readyz", nullptr);
+  api_.Check("get", "/readyz", ready);
+  EXPECT_EQ(ready->status, 200);
+}
+
+TEST_F(ServerTest, ApprovalFlowOverHttp) {
+  auto put = Put("/v1/specs/pay", PaySpec(), kAgent1);
+  Json v = api_.Check("put", "/v1/specs/{name}", put);
+  ASSERT_EQ(put->status, 201) << put->body;
+  EXPECT_EQ(v["version"], 1);
+  auto same = Put("/v1/specs/pay", PaySpec(), kAgent1);
+  api_.Check("put", "/v1/specs/{name}", same);
+  EXPECT_EQ(same->status, 201) << "no version given: a new version";
+  Json v1 = PaySpec();
+  v1["version"] = 1;
+  v1["description"] = "changed";
+  auto clash = Put("/v1/specs/pay", v1, kAgent1);
+  api_.Check("put", "/v1/specs/{name}", clash);
+  EXPECT_EQ(clash->status, 409) << "versions never change";
+  Json badspec = PaySpec();
+  badspec["steps"][0]["tool"] = "no.such";
+  auto invalid = Put("/v1/specs/pay", badspec, kAgent1);
+  Json p = api_.Check("put", "/v1/specs/{name}", invalid);
+  EXPECT_EQ(invalid->status, 422);
+  EXPECT_NE(p.value("detail", "").find("steps[0].tool"), std::string::npos) << p.dump();
+  auto specs = Get("/v1/specs", kApprover);
+  Json sl = api_.Check("get", "/v1/specs", specs);
+  ASSERT_EQ(sl["specs"].size(), 1u);
+  EXPECT_EQ(sl["specs"][0]["latest_version"], 2);
+  auto one = Get("/v1/specs/pay?version=1", kAgent1);
+  Json sv = api_.Check("get", "/v1/specs/{name}", one);
+  EXPECT_EQ(sv["version"], 1);
+
+  // Three sagas wait for approval: one approved, one rejected, one cancelled.
+  std::vector<std::string> ids;
+  for (const char* key : {"pay-1", "pay-2", "pay-3"}) {
+    auto r = Post("/v1/sagas", {{"spec", "pay@1"}, {"input", {{"amount", 40}}}}, kAgent1, key);
+    Json s = api_.Check("post", "/v1/sagas", r);
+    ASSERT_EQ(r->status, 201) << r->body;
+    ids.push_back(s["saga_id"]);
+  }
+  for (const auto& id : ids) {
+    Json w = WaitFor(id, "awaiting_approval");
+    EXPECT_EQ(w["steps"][1]["state"], "awaiting_approval");
+    EXPECT_TRUE(w["steps"][1]["preview"].is_object());
+  }
+  EXPECT_EQ(ledger_->Count(""), 3) << "only the first steps ran";
+
+  auto forbidden = Get("/v1/approvals", kAgent1);
+  api_.Check("get", "/v1/approvals", forbidden);
+  EXPECT_EQ(forbidden->status, 403);
+  auto list = Get("/v1/approvals", kApprover);
+  Json a = api_.Check("get", "/v1/approvals", list);
+  ASSERT_EQ(list->status, 200);
+  ASSERT_EQ(a["approvals"].size(), 3u);
+  std::map<std::string, std::string> token_of;
+  for (const auto& e : a["approvals"]) {
+    EXPECT_EQ(e["requested_by"], "agent-1");
+    token_of[e["saga_id"]] = e["token"];
+  }
+
+  // An agent cannot approve; a forged token is refused; the approver can.
+  auto by_agent = Post("/v1/approvals/" + token_of[ids[0]] + "/approve", Json::object(), kAgent1);
+  api_.Check("post", "/v1/approvals/{token}/approve", by_agent);
+  EXPECT_EQ(by_agent->status, 403);
+  std::string forged = token_of[ids[0]];
+  forged[forged.size() - 3] = forged[forged.size() - 3] == 'A' ? 'B' : 'A';
+  auto bad = Post("/v1/approvals/" + forged + "/approve", Json::object(), kApprover);
+  Json bp = api_.Check("post", "/v1/approvals/{token}/approve", bad);
+  EXPECT_EQ(bad->status, 403);
+  EXPECT_EQ(bp["type"], "urn:idem:problem:invalid-commit-token");
+
+  auto ok = Post("/v1/approvals/" + token_of[ids[0]] + "/approve", {{"note", "fine"}}, kApprover);
+  Json s0 = api_.Check("post", "/v1/approvals/{token}/approve", ok);
+  ASSERT_EQ(ok->status, 200) << ok->body;
+  EXPECT_EQ(s0["state"], "succeeded");
+  EXPECT_EQ(s0["steps"][1]["approval"]["by"], "approver-1");
+
+  auto no_reason = Post("/v1/approvals/" + token_of[ids[1]] + "/reject", Json::object(), kApprover);
+  api_.Check("post", "/v1/approvals/{token}/reject", no_reason);
+  EXPECT_EQ(no_reason->status, 400);
+  auto rej =
+      Post("/v1/approvals/" + token_of[ids[1]] + "/reject", {{"reason", "too much"}}, kApprover);
+  Json s1 = api_.Check("post", "/v1/approvals/{token}/reject", rej);
+  ASSERT_EQ(rej->status, 200) << rej->body;
+  EXPECT_EQ(s1["state"], "compensated");
+
+  auto cancel = Post("/v1/sagas/" + ids[2] + "/cancel", Json::object(), kAgent1);
+  Json s2 = api_.Check("post", "/v1/sagas/{id}/cancel", cancel);
+  ASSERT_EQ(cancel->status, 200) << cancel->body;
+  EXPECT_EQ(s2["state"], "compensated");
+  auto again = Post("/v1/sagas/" + ids[0] + "/cancel", Json::object(), kAgent1);
+  api_.Check("post", "/v1/sagas/{id}/cancel", again);
+  EXPECT_EQ(again->status, 409) << "a finished saga cannot be cancelled";
+
+  EXPECT_EQ(ledger_->Count(""), 3 + 1 + 2) << "3 first steps, 1 charge, 2 undos";
+  auto m = Get("/metrics", nullptr);
+  EXPECT_NE(m->body.find("idem_compensations_total{outcome=\"compensated\"} 2"), std::string::npos)
+      << m->body;
+}
+
+TEST_F(ServerTest, FiftyConcurrentSubmissionsWithOneKeyMakeOneSaga) {
+  Json body = {{"spec", OneStepSpec()}, {"input", {{"who", "bob"}}}};
+  std::mutex mu;
+  std::map<int, int> statuses;
+  std::set<std::string> saga_ids;
+  std::vector<std::thread> threads;
+  std::atomic<bool> go{false};
+  for (int i = 0; i < 50; ++i) {
+    threads.emplace_back([&] {
+      while (!go.load()) std::this_thread::yield();
+      auto r = Post("/v1/sagas", body, kAgent1, "same-key");
+      Json b = api_.Check("post", "/v1/sagas", r);
+      std::lock_guard<std::mutex> lock(mu);
+      if (!r) return;
+      ++statuses[r->status];
+      if (r->status == 200 || r->status == 201) saga_ids.insert(b["saga_id"].get<std::string>());
+    });
+  }
+  go = true;
+  for (auto& t : threads) t.join();
+  int total = 0;
+  for (const auto& [status, n] : statuses) {
+    EXPECT_TRUE(status == 201 || status == 200 || status == 409) << status;
+    total += n;
+  }
+  EXPECT_EQ(total, 50);
+  EXPECT_EQ(saga_ids.size(), 1u);
+  EXPECT_GE(statuses[201], 1);
+  WaitFor(*saga_ids.begin(), "succeeded");
+  auto list = Get("/v1/sagas", kAgent1);
+  Json l = api_.Check("get", "/v1/sagas", list);
+  EXPECT_EQ(l["sagas"].size(), 1u);
+  EXPECT_EQ(ledger_->Count(""), 1);
+}
+
+TEST_F(ServerTest, IdempotencyKeyErrors) {
+  Json body = {{"spec", OneStepSpec()}, {"input", {{"who", "cy"}}}};
+  auto missing = Post("/v1/sagas", body, kAgent1);
+  Json p = api_.Check("post", "/v1/sagas", missing);
+  EXPECT_EQ(missing->status, 400);
+  EXPECT_EQ(missing->get_header_value("Content-Type"), "application/problem+json");
+  EXPECT_EQ(p["type"], "urn:idem:problem:idempotency-key-missing");
+
+  auto first = Post("/v1/sagas", body, kAgent1, "k-1");
+  api_.Check("post", "/v1/sagas", first);
+  EXPECT_EQ(first->status, 201);
+  Json other = body;
+  other["input"]["who"] = "dee";
+  auto reused = Post("/v1/sagas", other, kAgent1, "k-1");
+  Json rp = api_.Check("post", "/v1/sagas", reused);
+  EXPECT_EQ(reused->status, 422);
+  EXPECT_EQ(rp["type"], "urn:idem:problem:idempotency-key-reused");
+}
+
+TEST_F(ServerTest, SagasAndKeysBelongToTheirCaller) {
+  Json body = {{"spec", OneStepSpec()}, {"input", {{"who", "eve"}}}};
+  auto mine = Post("/v1/sagas", body, kAgent1, "shared-key");
+  Json s1 = api_.Check("post", "/v1/sagas", mine);
+  ASSERT_EQ(mine->status, 201);
+  std::string id = s1["saga_id"];
+  auto peek = Get("/v1/sagas/" + id, kAgent2);
+  api_.Check("get", "/v1/sagas/{id}", peek);
+  EXPECT_EQ(peek->status, 404);
+  auto cancel = Post("/v1/sagas/" + id + "/cancel", Json::object(), kAgent2);
+  api_.Check("post", "/v1/sagas/{id}/cancel", cancel);
+  EXPECT_EQ(cancel->status, 404);
+  auto theirs = Post("/v1/sagas", body, kAgent2, "shared-key");
+  Json s2 = api_.Check("post", "/v1/sagas", theirs);
+  ASSERT_EQ(theirs->status, 201);
+  EXPECT_NE(s2["saga_id"], s1["saga_id"]);
+  EXPECT_NE(theirs->get_header_value("Idempotent-Replayed"), "true");
+  auto list = Get("/v1/sagas", kAgent2);
+  Json l = api_.Check("get", "/v1/sagas", list);
+  ASSERT_EQ(l["sagas"].size(), 1u);
+  EXPECT_EQ(l["sagas"][0]["saga_id"], s2["saga_id"]);
+}
+
+TEST_F(ServerTest, AuthenticationAndRoles) {
+  Json body = {{"spec", OneStepSpec()}, {"input", Json::object()}};
+  auto none = Post("/v1/sagas", body, nullptr, "k");
+  api_.Check("post", "/v1/sagas", none);
+  EXPECT_EQ(none->status, 401);
+  EXPECT_NE(none->get_header_value("WWW-Authenticate"), "");
+  auto wrong = Post("/v1/sagas", body, "not-a-token", "k");
+  api_.Check("post", "/v1/sagas", wrong);
+  EXPECT_EQ(wrong->status, 401);
+  auto role = Post("/v1/sagas", body, kApprover, "k");
+  api_.Check("post", "/v1/sagas", role);
+  EXPECT_EQ(role->status, 403);
+  auto list = Get("/v1/sagas", nullptr);
+  api_.Check("get", "/v1/sagas", list);
+  EXPECT_EQ(list->status, 401);
+  auto approvals = Get("/v1/approvals", kAgent2);
+  api_.Check("get", "/v1/approvals", approvals);
+  EXPECT_EQ(approvals->status, 403);
+}
+
+TEST_F(ServerTest, HostileInputIsRefusedAndTheServerKeepsServing) {
+  // 413: a body over 1 MiB (cpp-httplib reads and discards it, then answers).
+  std::string big = "{\"spec\": \"" + std::string(2 << 20, 'a') + "\"}";
+  auto b = PostRaw("/v1/sagas", big, kAgent1, "big");
+  Json bp = api_.Check("post", "/v1/sagas", b);
+  EXPECT_EQ(b->status, 413);
+  EXPECT_EQ(bp["type"], "urn:idem:problem:payload-too-large");
+  ExpectHealthy();
+  // A request line over 8 KiB: cpp-httplib answers 400 (it has no 431).
+  std::string req = "GET /healthz?" + std::string(10000, 'x') + " HTTP/1.1\r\nHost: x\r\n\r\n";
+  int status = Raw(req);
+  EXPECT_TRUE(status == 400 || status == 414 || status == -1) << status;
+  ExpectHealthy();
+
+  // 400: nesting depth 65.
+  std::string deep = "{\"spec\": \"x\", \"input\": ";
+  for (int i = 0; i < 64; ++i) deep += "[";
+  for (int i = 0; i < 64; ++i) deep += "]";
+  deep += "}";
+  auto d = PostRaw("/v1/sagas", deep, kAgent1, "deep");
+  Json dp = api_.Check("post", "/v1/sagas", d);
+  EXPECT_EQ(d->status, 400);
+  EXPECT_EQ(dp["type"], "urn:idem:problem:json-too-deep");
+  ExpectHealthy();
+
+  // 400: bytes that are not UTF-8 (an overlong '/', a lone surrogate).
+  for (std::string bad :
+       {std::string("{\"spec\": \"\xC0\xAF\"}"), std::string("{\"spec\": \"\xED\xA0\x80\"}"),
+        std::string("{\"spec\": \"\\ud800\"}")}) {
+    auto u = PostRaw("/v1/sagas", bad, kAgent1, "utf8");
+    api_.Check("post", "/v1/sagas", u);
+    EXPECT_EQ(u->status, 400) << bad;
+    ExpectHealthy();
+  }
+
+  // 400: truncated JSON.
+  auto t = PostRaw("/v1/sagas", "{\"spec\": {\"name\": \"tr", kAgent1, "trunc");
+  Json tp = api_.Check("post", "/v1/sagas", t);
+  EXPECT_EQ(t->status, 400);
+  EXPECT_EQ(tp["type"], "urn:idem:problem:malformed-json");
+  ExpectHealthy();
+
+  // None of them was stored: the same keys now work.
+  auto ok =
+      Post("/v1/sagas", {{"spec", OneStepSpec()}, {"input", Json::object()}}, kAgent1, "trunc");
+  api_.Check("post", "/v1/sagas", ok);
+  EXPECT_EQ(ok->status, 201);
+
+  // 415, and an unknown endpoint: problem+json too.
+  httplib::Client c("127.0.0.1", port_);
+  auto form = c.Post("/v1/sagas", Auth(kAgent1), "a=b", "application/x-www-form-urlencoded");
+  api_.Check("post", "/v1/sagas", form);
+  EXPECT_EQ(form->status, 415);
+  auto nowhere = Get("/v1/nowhere", kAgent1);
+  ASSERT_TRUE(nowhere);
+  EXPECT_EQ(nowhere->status, 404);
+  EXPECT_EQ(nowhere->get_header_value("Content-Type"), "application/problem+json");
+  ExpectHealthy();
+}
+
+TEST(ServerCreate, RefusesToServeWithoutAuthUnlessInsecureOnLoopback) {
+  auto dir = fs::temp_directory_path() / ("idem_server_create_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  auto store = storage::OpenStore((dir / "j.db").string());
+  ASSERT_TRUE(store.ok());
+  ToolRegistry tools;
+  ServerOptions o;
+  o.port = 0;
+  o.state_path = (dir / "s.db").string();
+  auto no_auth = Server::Create(store->get(), &tools, o);
+  EXPECT_EQ(no_auth.status().code(), Code::kFailedPrecondition);
+  o.insecure_no_auth = true;
+  o.host = "0.0.0.0";
+  auto open = Server::Create(store->get(), &tools, o);
+  EXPECT_EQ(open.status().code(), Code::kFailedPrecondition);
+  o.host = "127.0.0.1";
+  auto loop = Server::Create(store->get(), &tools, o);
+  EXPECT_TRUE(loop.ok()) << loop.status().ToString();
+  fs::remove_all(dir);
+}
+
+TEST(Principals, ParsesAndRefusesBadEntries) {
+  auto ok = ParsePrincipals(R"([{"name": "a", "token_sha256": ")" + Sha256Hex("t") +
+                            R"(", "roles": ["agent", "approver"]}])");
+  ASSERT_TRUE(ok.ok()) << ok.status().ToString();
+  EXPECT_EQ(ok->size(), 1u);
+  EXPECT_FALSE(
+      ParsePrincipals(R"([{"name": "a", "token_sha256": "xyz", "roles": ["agent"]}])").ok());
+  auto role = ParsePrincipals(R"([{"name": "a", "token_sha256": ")" + Sha256Hex("t") +
+                              R"(", "roles": ["admin"]}])");
+  EXPECT_NE(role.status().message().find("roles[0]"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace idem::server
