@@ -191,9 +191,17 @@ Status SagaRun::Drive() {
     SagaCommand cmd = queue.front();
     queue.pop_front();
     switch (cmd) {
-      case SagaCommand::kRunNextStep:
+      case SagaCommand::kRunNextStep: {
+        std::optional<std::string> cancel;
+        if (options_.cancel_requested) cancel = options_.cancel_requested(rec_.summary.saga_id);
+        if (cancel) {
+          park_reason_ = *cancel;
+          IDEM_RETURN_IF_ERROR(FireSaga(SagaEvent::kCancelRequested, &queue));
+          break;
+        }
         IDEM_RETURN_IF_ERROR(RunNextStep(&queue));
         break;
+      }
       case SagaCommand::kUndoNextStep:
         IDEM_RETURN_IF_ERROR(UndoNextStep(&queue));
         break;

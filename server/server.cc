@@ -483,12 +483,13 @@ struct Server::Impl {
 
   // Driving (SQLite): one thread per saga at a time, in this process.
   std::mutex mu;
-  std::condition_variable cv;        // drivers: a saga was queued, or stopping
-  std::condition_variable sweep_cv;  // the sweeper: stopping
-  std::deque<std::string> queue;     // GUARDED_BY(mu)
-  std::set<std::string> queued;      // GUARDED_BY(mu)
-  std::set<std::string> driving;     // GUARDED_BY(mu)
-  bool stopping = false;             // GUARDED_BY(mu)
+  std::condition_variable cv;                  // drivers: a saga was queued, or stopping
+  std::condition_variable sweep_cv;            // the sweeper: stopping
+  std::deque<std::string> queue;               // GUARDED_BY(mu)
+  std::set<std::string> queued;                // GUARDED_BY(mu)
+  std::set<std::string> driving;               // GUARDED_BY(mu)
+  std::map<std::string, std::string> cancels;  // saga -> reason; GUARDED_BY(mu)
+  bool stopping = false;                       // GUARDED_BY(mu)
   std::vector<std::thread> drivers;
   std::thread sweeper;
   std::thread work_thread;
@@ -834,13 +835,27 @@ struct Server::Impl {
     const std::string id = req.matches[1];
     if (!OwnedSaga(*p, id, res)) return;
     if (!BeginDrive(id)) {
-      res.set_header("Retry-After", "1");
-      return Problem(res, 409, "saga-busy", "Saga is being driven",
-                     "the saga is running a step now; only a pending saga or one awaiting "
-                     "approval can be cancelled");
+      // This server is driving it: the driver rolls it back after the step
+      // in progress (EngineOptions::cancel_requested).
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        cancels[id] = "cancelled by " + p->name;
+      }
+      auto rec = store->LoadSaga(id);
+      if (!rec.ok()) return ProblemFor(res, rec.status());
+      return SendSaga(res, 202, *rec);
     }
     CancelOwned(*p, id, res);
     EndDrive(id);
+  }
+
+  std::optional<std::string> CancelRequested(const std::string& id) {
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = cancels.find(id);
+    if (it == cancels.end()) return std::nullopt;
+    std::string why = it->second;
+    cancels.erase(it);
+    return why;
   }
 
   void CancelOwned(const Principal& p, const std::string& id, httplib::Response& res) {
@@ -911,6 +926,16 @@ struct Server::Impl {
         auto out = engine->Decide(token, d);
         if (!out.ok()) return ProblemFor(res, out.status());
         return SendSaga(res, 200, *out);
+      }
+      case SagaState::kRunning: {
+        // Not driven by this process right now (a worker elsewhere, or
+        // between two drives here): the next drive here rolls it back.
+        {
+          std::lock_guard<std::mutex> lock(mu);
+          cancels[id] = why;
+        }
+        Enqueue(id);
+        return SendSaga(res, 202, *rec);
       }
       case SagaState::kCompensating:
       case SagaState::kCancelled:
@@ -1236,6 +1261,7 @@ Result<std::unique_ptr<Server>> Server::Create(storage::Store* store, const Tool
   eo.lease_ms = impl->options.lease_ms;
   eo.stop = &impl->stop_flag;
   Impl* raw = impl.get();
+  eo.cancel_requested = [raw](const std::string& id) { return raw->CancelRequested(id); };
   eo.observer = [raw](const storage::JournalEntry& e) { raw->metrics.Observe(e, raw->store); };
   impl->engine = std::make_unique<Engine>(store, tools, eo);
 

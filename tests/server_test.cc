@@ -223,6 +223,25 @@ class ServerTest : public ::testing::Test {
       ASSERT_TRUE(tools_.Register(MakeTool(n, ledger_, false)).ok());
     }
     ASSERT_TRUE(tools_.Register(MakeTool("pay.charge", ledger_, true)).ok());
+    // A step that takes until the test releases it (at most 10 s).
+    ToolInfo slow;
+    slow.name = "slow.do";
+    slow.effect = EffectClass::kWrite;
+    slow.honours_keys = true;
+    std::shared_ptr<std::atomic<bool>> release = release_;
+    std::shared_ptr<Ledger> ledger = ledger_;
+    ASSERT_TRUE(tools_
+                    .Register(std::make_unique<FunctionTool>(
+                        slow,
+                        [release, ledger](const ToolCall& call) {
+                          for (int i = 0; i < 1000 && !release->load(); ++i) {
+                            std::this_thread::sleep_for(std::chrono::milliseconds(10));
+                          }
+                          std::lock_guard<std::mutex> lock(ledger->mu);
+                          ledger->applied[call.key] = 1;
+                          return ToolOutcome::Succeeded({{"ref", "slow:" + call.key}});
+                        }))
+                    .ok());
     ring_ = std::make_unique<preview_commit::KeyRing>(
         preview_commit::KeyRing::ForTesting({{"k1", "0123456789abcdef0123456789abcdef"}}, "k1"));
     preview_commit::TokenOptions to;
@@ -335,6 +354,7 @@ class ServerTest : public ::testing::Test {
   std::unique_ptr<storage::Store> store_;
   ToolRegistry tools_;
   std::shared_ptr<Ledger> ledger_;
+  std::shared_ptr<std::atomic<bool>> release_ = std::make_shared<std::atomic<bool>>(false);
   std::unique_ptr<preview_commit::KeyRing> ring_;
   std::unique_ptr<preview_commit::TokenSigner> signer_;
   std::unique_ptr<Server> server_;
@@ -384,6 +404,33 @@ TEST_F(ServerTest, SubmitThenPollUntilSucceeded) {
   auto ready = Get("/readyz", nullptr);
   api_.Check("get", "/readyz", ready);
   EXPECT_EQ(ready->status, 200);
+}
+
+TEST_F(ServerTest, CancellingARunningSagaRollsItBackAfterTheStepInProgress) {
+  Json spec = {{"name", "slow"},
+               {"steps",
+                {{{"id", "first"}, {"tool", "slow.do"}, {"compensate", {{"tool", "a.undo"}}}},
+                 {{"id", "second"}, {"tool", "a.do"}, {"compensate", {{"tool", "a.undo"}}}}}}};
+  auto r = Post("/v1/sagas", {{"spec", spec}, {"input", Json::object()}}, kAgent1, "slow-1");
+  Json saga = api_.Check("post", "/v1/sagas", r);
+  ASSERT_EQ(r->status, 201) << r->body;
+  const std::string id = saga["saga_id"];
+  // Wait until the first step's call is in progress.
+  for (int i = 0; i < 500; ++i) {
+    Json s = Json::parse(Get("/v1/sagas/" + id, kAgent1)->body);
+    if (s["steps"][0]["state"] == "submitted") break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  auto cancel = Post("/v1/sagas/" + id + "/cancel", Json::object(), kAgent1);
+  api_.Check("post", "/v1/sagas/{id}/cancel", cancel);
+  ASSERT_EQ(cancel->status, 202) << cancel->body;
+  release_->store(true);
+  Json done = WaitFor(id, "compensated");
+  EXPECT_EQ(done["steps"][0]["state"], "compensated");
+  EXPECT_EQ(done["steps"][1]["state"], "planned") << "the second step never ran";
+  EXPECT_NE(done["reason"].get<std::string>().find("cancelled by agent-1"), std::string::npos)
+      << done.dump();
+  EXPECT_EQ(ledger_->Count(done["steps"][1]["key"].get<std::string>()), 0);
 }
 
 TEST_F(ServerTest, ApprovalFlowOverHttp) {
