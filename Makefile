@@ -5,7 +5,7 @@ BUILD ?= build
 ASAN_BUILD ?= build-asan
 CMAKE_FLAGS ?=
 
-.PHONY: all deps build build-asan demo test test-fast test-asan clean format
+.PHONY: all deps build build-asan demo demo-server test test-fast test-asan clean format bench
 
 all: build
 
@@ -28,15 +28,25 @@ build-asan: deps $(ASAN_BUILD)/CMakeCache.txt
 demo: build
 	@bash scripts/demo.sh $(BUILD)
 
+# The same trip through `idem serve` with curl, the providers over HTTP.
+demo-server: build
+	@bash scripts/demo-server.sh $(BUILD)
+
 # Every test, on the release build and on the ASan+UBSan build.
 test: build build-asan
 	cd $(BUILD) && ctest --output-on-failure -j$(JOBS)
 	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+	  LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp \
 	  ctest --output-on-failure -j$(JOBS)
 
 # The release build's tests only (quicker while developing).
 test-fast: build
 	cd $(BUILD) && ctest --output-on-failure -j$(JOBS)
+
+# The benchmarks (docs/bench.md): a table of figures beside their anchors and
+# bench/out/results.json. BENCH_QUICK=1 for a short check that they run.
+bench: build
+	@bash bench/run.sh $(BUILD)
 
 format:
 	clang-format -i $$(git ls-files '*.cc' '*.h')

@@ -9,6 +9,7 @@
 #include <optional>
 #include <random>
 #include <thread>
+#include <unordered_map>
 
 #include "compensation/rollback.h"
 #include "saga/machines.h"
@@ -538,7 +539,11 @@ Result<StepEnd> SagaRun::DriveStep(int index, bool rolling_back) {
         break;
       }
       case StepCommand::kScheduleRetry: {
-        int64_t wait = spec.retry.BackoffMs(st.attempt + 1, rng_);
+        // Back off after the provider refused; a resend that only settles
+        // an uncertain outcome (lookup said not applied, or a keyed tool
+        // after a crash) has nothing to wait for.
+        int64_t wait =
+            outcome.kind == OutcomeKind::kFailed ? spec.retry.BackoffMs(st.attempt + 1, rng_) : 0;
         options_.clock->SleepMs(wait);
         ++st.attempt;
         IDEM_RETURN_IF_ERROR(CommitStep(st, "submitted",
@@ -886,8 +891,32 @@ std::string StepKey(const std::string& saga_id, const std::string& step_id) {
   return saga_id + "/" + step_id;
 }
 
+struct Engine::SpecCache {
+  static constexpr size_t kMaxEntries = 256;
+  std::mutex mu;
+  std::unordered_map<std::string, std::shared_ptr<const SagaSpec>> specs;  // GUARDED_BY(mu)
+};
+
+Result<SagaSpec> Engine::CachedSpec(const Json& spec) {
+  std::string text = spec.dump();
+  {
+    std::lock_guard<std::mutex> lock(spec_cache_->mu);
+    auto it = spec_cache_->specs.find(text);
+    if (it != spec_cache_->specs.end()) return *it->second;
+  }
+  auto parsed = ParseSpec(spec, *tools_);
+  if (!parsed.ok()) return parsed.status();
+  std::lock_guard<std::mutex> lock(spec_cache_->mu);
+  if (spec_cache_->specs.size() >= SpecCache::kMaxEntries) spec_cache_->specs.clear();
+  spec_cache_->specs.emplace(std::move(text), std::make_shared<const SagaSpec>(*parsed));
+  return parsed;
+}
+
 Engine::Engine(storage::Store* store, const ToolRegistry* tools, EngineOptions options)
-    : store_(store), tools_(tools), options_(std::move(options)) {
+    : store_(store),
+      tools_(tools),
+      options_(std::move(options)),
+      spec_cache_(std::make_shared<SpecCache>()) {
   if (options_.owner.empty()) options_.owner = NewId("drv_");
 }
 
@@ -1002,7 +1031,7 @@ Result<SagaRecord> Engine::RunLeased(const storage::Lease& lease) {
     if (!rec.ok()) {
       out = rec.status();
     } else {
-      auto spec = ParseSpec(rec->spec, *tools_);
+      auto spec = CachedSpec(rec->spec);
       if (!spec.ok()) {
         out = Status::FailedPrecondition(
             "saga " + saga_id +

@@ -21,6 +21,7 @@
 
 #include <atomic>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -158,6 +159,11 @@ class Engine {
 
  private:
   Result<storage::SagaRecord> RunLeased(const storage::Lease& lease);
+  /// ParseSpec, memoized by the spec's text: a saga's plan is frozen, and
+  /// schema validation is the largest CPU cost of a drive.
+  Result<SagaSpec> CachedSpec(const Json& spec);
+  struct SpecCache;
+  std::shared_ptr<SpecCache> spec_cache_;
 
   storage::Store* store_;
   const ToolRegistry* tools_;
