@@ -1005,6 +1005,14 @@ class LeaseKeeper {
 }  // namespace
 
 Result<SagaRecord> Engine::Run(const std::string& saga_id) {
+  if (options_.use_leases) {
+    // A finished or parked saga is answered from the journal: no lease, no
+    // write (a duplicate call costs a read).
+    auto rec = store_->LoadSaga(saga_id);
+    if (!rec.ok()) return rec.status();
+    auto state = ParseSagaState(rec->summary.state);
+    if (state && (IsTerminal(*state) || *state == SagaState::kNeedsAttention)) return rec;
+  }
   if (!options_.use_leases) {
     storage::Lease none;  // epoch 0: unfenced, nothing to renew or release
     none.saga_id = saga_id;
