@@ -6,6 +6,7 @@
 #include <exception>
 #include <set>
 #include <stdexcept>
+#include <thread>
 #include <utility>
 
 #include <sqlite3.h>
@@ -352,6 +353,21 @@ Result<std::unique_ptr<SqliteStore>> SqliteStore::Open(const SqliteOptions& opti
                                    std::to_string(options.max_group_batches));
   }
   const std::string op = "open SQLite store " + Quote(options.path);
+  // Several processes opening a new file at once race to turn it into WAL;
+  // SQLite answers the losers SQLITE_BUSY without waiting on the busy
+  // handler. Opening is harmless to repeat: try again for a while.
+  Result<std::unique_ptr<SqliteStore>> opened = Status::Unavailable(op);
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    if (attempt > 0) std::this_thread::sleep_for(std::chrono::milliseconds(10 + 5 * attempt));
+    opened = OpenOnce(options, op);
+    if (opened.ok() || opened.status().code() != Code::kUnavailable) break;
+  }
+  return opened;
+}
+
+Result<std::unique_ptr<SqliteStore>> SqliteStore::OpenOnce(const SqliteOptions& options,
+                                                           const std::string& op) {
+  const SyncMode* sync = FindSyncMode(options.synchronous);  // checked by Open
   return Guarded<Result<std::unique_ptr<SqliteStore>>>(
       op, [&]() -> Result<std::unique_ptr<SqliteStore>> {
         auto db = std::make_unique<SQLite::Database>(

@@ -135,6 +135,9 @@ class SqliteStore : public Store {
   Result<SqliteSettings> EffectiveSettings();
 
  private:
+  // One attempt of Open; kUnavailable when another process holds the file.
+  static Result<std::unique_ptr<SqliteStore>> OpenOnce(const SqliteOptions& options,
+                                                       const std::string& op);
   struct PendingCommit;
 
   SqliteStore(std::unique_ptr<SQLite::Database> db, int schema_version,

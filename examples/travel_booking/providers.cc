@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <mutex>
 #include <sstream>
+#include <thread>
 #include <utility>
 
 #include <sqlite3.h>
@@ -140,14 +141,24 @@ Result<std::shared_ptr<Ledger>> Ledger::Open(const std::string& path, bool creat
   }
   auto impl = std::make_unique<Impl>();
   impl->path = path;
-  try {
-    int flags = SQLite::OPEN_READWRITE | (create ? SQLite::OPEN_CREATE : 0);
-    impl->db = std::make_unique<SQLite::Database>(path, flags, kBusyTimeoutMs);
-    impl->db->exec("PRAGMA journal_mode=WAL");
-    impl->db->exec("PRAGMA synchronous=FULL");
-    impl->db->exec(kSchema);
-  } catch (const SQLite::Exception& e) {
-    return FromSqlite(e, "open " + path);
+  // Processes opening a new ledger at once race to switch it to WAL, and
+  // SQLite answers the losers "database is locked" without waiting: retry.
+  for (int attempt = 0;; ++attempt) {
+    try {
+      int flags = SQLite::OPEN_READWRITE | (create ? SQLite::OPEN_CREATE : 0);
+      impl->db = std::make_unique<SQLite::Database>(path, flags, kBusyTimeoutMs);
+      impl->db->exec("PRAGMA journal_mode=WAL");
+      impl->db->exec("PRAGMA synchronous=FULL");
+      impl->db->exec(kSchema);
+      break;
+    } catch (const SQLite::Exception& e) {
+      int code = e.getErrorCode() & 0xff;
+      if ((code != SQLITE_BUSY && code != SQLITE_LOCKED) || attempt >= 100) {
+        return FromSqlite(e, "open " + path);
+      }
+      impl->db.reset();
+      std::this_thread::sleep_for(std::chrono::milliseconds(10 + 5 * attempt));
+    }
   }
   return std::shared_ptr<Ledger>(new Ledger(std::move(impl)));
 }
