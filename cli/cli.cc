@@ -12,6 +12,7 @@
 #include "saga/engine.h"
 #include "saga/spec.h"
 #include "saga/states.h"
+#include "saga/views.h"
 #include "server/server.h"
 #include "storage/store.h"
 #include "tools/http_tool.h"
@@ -114,29 +115,9 @@ void PrintTimelineLine(const storage::JournalEntry& e) {
 Json SagaToJson(const storage::SagaRecord& rec, const std::vector<storage::EffectRecord>& effects,
                 const std::vector<storage::JournalEntry>* journal) {
   Json steps = Json::array();
-  for (const auto& st : rec.steps) {
-    steps.push_back({{"index", st.index},
-                     {"id", st.step_id},
-                     {"tool", st.tool},
-                     {"state", st.state},
-                     {"attempts", st.attempt},
-                     {"key", st.step_key},
-                     {"args", st.args},
-                     {"result", st.result},
-                     {"external_ref", st.external_ref},
-                     {"error", st.error},
-                     {"compensation_attempts", st.comp_attempt},
-                     {"compensation_result", st.comp_result}});
-  }
+  for (const auto& st : rec.steps) steps.push_back(StepView(st));
   Json effs = Json::array();
-  for (const auto& e : effects) {
-    effs.push_back({{"step", e.step_id},
-                    {"kind", e.kind},
-                    {"tool", e.tool},
-                    {"key", e.idempotency_key},
-                    {"external_ref", e.external_ref},
-                    {"at", FormatTimeMs(e.at_ms)}});
-  }
+  for (const auto& e : effects) effs.push_back(EffectView(e));
   Json out = {{"saga_id", rec.summary.saga_id},
               {"intent_key", rec.summary.intent_key},
               {"spec", rec.summary.spec_name},

@@ -20,6 +20,7 @@
 #include "saga/machines.h"
 #include "saga/spec.h"
 #include "saga/states.h"
+#include "saga/views.h"
 #include "server/idempotency.h"
 #include "server/spec_registry.h"
 
@@ -182,39 +183,9 @@ Json SummaryView(const storage::SagaSummary& s) {
 Json SagaView(const SagaRecord& rec, const std::vector<storage::EffectRecord>& effects) {
   Json out = SummaryView(rec.summary);
   Json steps = Json::array();
-  for (const auto& st : rec.steps) {
-    Json s = {{"index", st.index},
-              {"id", st.step_id},
-              {"tool", st.tool},
-              {"state", st.state},
-              {"attempts", st.attempt},
-              {"key", st.step_key},
-              {"args", st.args},
-              {"result", st.result},
-              {"external_ref", st.external_ref},
-              {"error", st.error},
-              {"compensation_attempts", st.comp_attempt},
-              {"compensation_result", st.comp_result}};
-    if (st.phase.is_object()) {
-      // The commit token stays with the approvers (GET /v1/approvals).
-      s["preview"] = st.phase.value("preview", Json());
-      s["approval"] = st.phase.value("approval", Json());
-      if (st.phase.contains("expires_ms")) {
-        s["approval_expires_at"] = FormatTimeMs(st.phase.value("expires_ms", int64_t{0}));
-      }
-    }
-    steps.push_back(std::move(s));
-  }
+  for (const auto& st : rec.steps) steps.push_back(StepView(st));
   Json effs = Json::array();
-  for (const auto& e : effects) {
-    effs.push_back({{"step", e.step_id},
-                    {"kind", e.kind},
-                    {"tool", e.tool},
-                    {"key", e.idempotency_key},
-                    {"external_ref", e.external_ref},
-                    {"result", e.result},
-                    {"at", FormatTimeMs(e.at_ms)}});
-  }
+  for (const auto& e : effects) effs.push_back(EffectView(e));
   out["input"] = rec.input;
   out["steps"] = std::move(steps);
   out["effects"] = std::move(effs);
