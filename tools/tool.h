@@ -68,11 +68,11 @@ struct ToolCall {
 /// What a commit would do (a tool's Preview): no side effect.
 struct PreviewOutcome {
   bool ok = false;
-  std::string summary;           ///< one line for a person: "charge EUR 1,840.00 to card 4242"
-  Json changes = Json::object(); ///< structured detail of the change
-  std::string resource_version;  ///< where the provider versions the resource
-  std::string error;             ///< when !ok
-  bool retryable = false;        ///< when !ok: a transient failure
+  std::string summary;            ///< one line for a person: "charge EUR 1,840.00 to card 4242"
+  Json changes = Json::object();  ///< structured detail of the change
+  std::string resource_version;   ///< where the provider versions the resource
+  std::string error;              ///< when !ok
+  bool retryable = false;         ///< when !ok: a transient failure
 };
 
 enum class OutcomeKind { kSucceeded, kFailed, kUnknown };
