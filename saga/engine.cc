@@ -1244,19 +1244,25 @@ Result<SagaRecord> Engine::Resolve(const std::string& saga_id, const Resolution&
   resumed.event = std::string("saga_") + SagaStateName(saga.state());
   resumed.data = {{"resumed_by", r.who}};
   b.journal.push_back(resumed);
-  Result<storage::Lease> lease = storage::Lease{saga_id, options_.owner, 0, 0};
-  if (options_.use_leases) lease = store_->ClaimSaga(saga_id, options_.owner, options_.lease_ms);
+  auto lease = CommitUnderLease(&b);
   if (!lease.ok()) return lease.status();
-  b.fence_epoch = lease->epoch;
-  Status committed = store_->Commit(b);
+  return RunLeased(*lease);
+}
+
+Result<storage::Lease> Engine::CommitUnderLease(storage::WriteBatch* b) {
+  Result<storage::Lease> lease = storage::Lease{b->saga_id, options_.owner, 0, 0};
+  if (options_.use_leases) lease = store_->ClaimSaga(b->saga_id, options_.owner, options_.lease_ms);
+  if (!lease.ok()) return lease.status();
+  b->fence_epoch = lease->epoch;
+  Status committed = store_->Commit(*b);
   if (!committed.ok()) {
     if (lease->epoch != 0) (void)store_->ReleaseLease(*lease);
     return committed;
   }
   if (options_.observer) {
-    for (const auto& e : b.journal) options_.observer(e);
+    for (const auto& e : b->journal) options_.observer(e);
   }
-  return RunLeased(*lease);
+  return lease;
 }
 
 Result<SagaRecord> Engine::Decide(const std::string& token, const ApprovalDecision& d) {
@@ -1333,23 +1339,13 @@ Result<SagaRecord> Engine::Decide(const std::string& token, const ApprovalDecisi
   b.journal.push_back(je);
   // The decision is written under the saga's lease like any other write,
   // and the same lease then drives the commit.
-  Result<storage::Lease> lease = storage::Lease{claims->saga_id, options_.owner, 0, 0};
-  if (options_.use_leases) {
-    lease = store_->ClaimSaga(claims->saga_id, options_.owner, options_.lease_ms);
-  }
+  auto lease = CommitUnderLease(&b);
   if (!lease.ok()) {
     if (lease.status().code() == Code::kAborted) {
       return Status::Unavailable("saga " + claims->saga_id + " is busy; try again");
     }
     return lease.status();
   }
-  b.fence_epoch = lease->epoch;
-  Status committed = store_->Commit(b);
-  if (!committed.ok()) {
-    if (lease->epoch != 0) (void)store_->ReleaseLease(*lease);
-    return committed;
-  }
-  if (options_.observer) options_.observer(je);
   IDEM_FAILPOINT("approval.after_commit");
   auto out = RunLeased(*lease);
   if (!out.ok() && out.status().code() == Code::kConflict) {

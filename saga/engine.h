@@ -159,15 +159,19 @@ class Engine {
 
  private:
   Result<storage::SagaRecord> RunLeased(const storage::Lease& lease);
+  /// Commits `b` under the saga's lease (claimed when leases are used; the
+  /// batch is fenced on it), reports the journal to the observer, and hands
+  /// the lease to the caller to drive on. On failure the lease is released.
+  Result<storage::Lease> CommitUnderLease(storage::WriteBatch* b);
   /// ParseSpec, memoized by the spec's text: a saga's plan is frozen, and
   /// schema validation is the largest CPU cost of a drive.
   Result<SagaSpec> CachedSpec(const Json& spec);
   struct SpecCache;
-  std::shared_ptr<SpecCache> spec_cache_;
 
   storage::Store* store_;
   const ToolRegistry* tools_;
   EngineOptions options_;
+  std::shared_ptr<SpecCache> spec_cache_;
 };
 
 /// The idempotency key of a step: stable across attempts, processes and
