@@ -177,6 +177,34 @@ class EngineTest : public ::testing::Test {
     return *rec;
   }
 
+  // Leaves a saga as a crash (or a worker that lost its lease) would: step
+  // "first" succeeded with its effect applied, step "second" `submitted`
+  // with `second_args`, the saga in `state`. Returns the two step records.
+  std::pair<storage::StepRecord, storage::StepRecord> LeaveSecondSubmitted(
+      const std::string& saga_id, const std::string& state, const std::string& reason = "",
+      Json second_args = Json()) {
+    auto rec = store_->LoadSaga(saga_id);
+    EXPECT_TRUE(rec.ok()) << rec.status().ToString();
+    storage::WriteBatch b;
+    b.saga_id = saga_id;
+    b.saga_state = state;
+    b.saga_reason = reason;
+    auto first = rec->steps[0];
+    first.state = "succeeded";
+    first.attempt = 1;
+    first.args = {{"who", "ana"}};
+    first.result = {{"ref", "a.do:" + first.step_key}};
+    provider_.applied[first.step_key] = 1;
+    auto second = rec->steps[1];
+    second.state = "submitted";
+    second.attempt = 1;
+    second.args = std::move(second_args);
+    b.steps = {first, second};
+    Status s = store_->Commit(b);
+    EXPECT_TRUE(s.ok()) << s.ToString();
+    return {first, second};
+  }
+
   int Applied(const std::string& key) { return provider_.applied[key]; }
   int Calls(const std::string& key) { return provider_.calls[key]; }
 
@@ -394,24 +422,9 @@ TEST_F(EngineTest, RecoveryResolvesASubmittedStepThroughStatusWithoutRecall) {
   SagaSpec spec = Spec("status_only.do");
   auto sub = e.Submit(spec, {{"who", "ana"}}, "crash-1");
   ASSERT_TRUE(sub.ok());
-  auto rec = store_->LoadSaga(sub->saga_id);
-  ASSERT_TRUE(rec.ok());
-  storage::WriteBatch b;
-  b.saga_id = sub->saga_id;
-  b.saga_state = "running";
-  auto first = rec->steps[0];
-  first.state = "succeeded";
-  first.attempt = 1;
-  first.args = {{"who", "ana"}};
-  first.result = {{"ref", "a.do:" + first.step_key}};
-  provider_.applied[first.step_key] = 1;
-  auto second = rec->steps[1];
-  second.state = "submitted";
-  second.attempt = 1;
-  second.args = {{"after", "a.do:" + first.step_key}};
+  auto [first, second] = LeaveSecondSubmitted(
+      sub->saga_id, "running", "", {{"after", "a.do:" + StepKey(sub->saga_id, "first")}});
   provider_.applied[second.step_key] = 1;  // applied, answer lost in the crash
-  b.steps = {first, second};
-  ASSERT_TRUE(store_->Commit(b).ok());
 
   auto report = e.Recover();
   ASSERT_TRUE(report.ok());
@@ -431,22 +444,7 @@ TEST_F(EngineTest, NullCompensationWhenTheUncertainActionNeverHappened) {
   SagaSpec spec = Spec("status_only.do");
   auto sub = e.Submit(spec, {{"who", "ana"}}, "null-1");
   ASSERT_TRUE(sub.ok());
-  auto rec = store_->LoadSaga(sub->saga_id);
-  ASSERT_TRUE(rec.ok());
-  storage::WriteBatch b;
-  b.saga_id = sub->saga_id;
-  b.saga_state = "compensating";
-  b.saga_reason = "cancelled";
-  auto first = rec->steps[0];
-  first.state = "succeeded";
-  first.attempt = 1;
-  first.result = {{"ref", "a.do:" + first.step_key}};
-  provider_.applied[first.step_key] = 1;
-  auto second = rec->steps[1];
-  second.state = "submitted";
-  second.attempt = 1;
-  b.steps = {first, second};
-  ASSERT_TRUE(store_->Commit(b).ok());
+  auto [first, second] = LeaveSecondSubmitted(sub->saga_id, "compensating", "cancelled");
 
   auto run = e.Run(sub->saga_id);
   ASSERT_TRUE(run.ok()) << run.status().ToString();
@@ -572,20 +570,8 @@ TEST_F(EngineTest, TakenOverStepOfAToolWithoutKeysIsParkedNotResent) {
   SagaSpec spec = Spec("status_only.do");
   auto sub = e.Submit(spec, {{"who", "ana"}}, "takeover-1");
   ASSERT_TRUE(sub.ok());
-  auto rec = store_->LoadSaga(sub->saga_id);
-  ASSERT_TRUE(rec.ok());
-  storage::WriteBatch b;
-  b.saga_id = sub->saga_id;
-  b.saga_state = "running";
-  auto first = rec->steps[0];
-  first.state = "succeeded";
-  first.attempt = 1;
-  first.result = {{"ref", "a.do:" + first.step_key}};
-  auto second = rec->steps[1];
-  second.state = "submitted";  // the other worker's call may still land
-  second.attempt = 1;
-  b.steps = {first, second};
-  ASSERT_TRUE(store_->Commit(b).ok());
+  // The other worker's call of "second" may still land.
+  auto [first, second] = LeaveSecondSubmitted(sub->saga_id, "running");
   auto out = e.Run(sub->saga_id);
   ASSERT_TRUE(out.ok()) << out.status().ToString();
   EXPECT_EQ(out->summary.state, "needs_attention");
@@ -599,21 +585,8 @@ TEST_F(EngineTest, TakenOverStepOfAKeyedToolIsResentUnderItsKey) {
   SagaSpec spec = Spec();  // b.do honours keys and has a status lookup
   auto sub = e.Submit(spec, {{"who", "ana"}}, "takeover-2");
   ASSERT_TRUE(sub.ok());
-  auto rec = store_->LoadSaga(sub->saga_id);
-  ASSERT_TRUE(rec.ok());
-  storage::WriteBatch b;
-  b.saga_id = sub->saga_id;
-  b.saga_state = "running";
-  auto first = rec->steps[0];
-  first.state = "succeeded";
-  first.attempt = 1;
-  first.result = {{"ref", "a.do:" + first.step_key}};
-  auto second = rec->steps[1];
-  second.state = "submitted";
-  second.attempt = 1;
-  second.args = {{"after", "a.do:" + first.step_key}};
-  b.steps = {first, second};
-  ASSERT_TRUE(store_->Commit(b).ok());
+  auto [first, second] = LeaveSecondSubmitted(
+      sub->saga_id, "running", "", {{"after", "a.do:" + StepKey(sub->saga_id, "first")}});
   auto out = e.Run(sub->saga_id);
   ASSERT_TRUE(out.ok()) << out.status().ToString();
   EXPECT_EQ(out->summary.state, "succeeded");
