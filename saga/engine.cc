@@ -1,5 +1,6 @@
 #include "saga/engine.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -75,11 +76,28 @@ class SagaRun {
     e.at_ms = options_.clock->NowMs();
     return e;
   }
+  // Writes are staged, then flushed in one transaction. Commit is
+  // Stage + Flush; a batch staged alone becomes durable with the next
+  // flush, which comes before any call to the outside world (every
+  // `submitted` is flushed at once), before a drive ends, and at terminal
+  // states. Only writes whose loss a recovery settles without a person are
+  // staged alone (see Deferrable).
   Status Commit(WriteBatch batch);
+  void Stage(WriteBatch batch);
+  Status Flush();
+  /// A step's `succeeded` may wait for the next flush when losing it in a
+  /// crash costs only a status lookup or a same-key resend, and that resend
+  /// would not be the one that exhausts the attempts.
+  static bool Deferrable(const ToolInfo& info, int attempt) {
+    return attempt == 1 && (info.honours_keys || info.has_status);
+  }
+  enum class Durable { kNow, kWithNextFlush };
   Status CommitStep(const StepRecord& st, const std::string& event, Json data,
-                    std::vector<storage::EffectRecord> effects = {});
+                    std::vector<storage::EffectRecord> effects = {},
+                    Durable durable = Durable::kNow);
 
   // ---- saga level
+  Status DriveStates();
   Status FireSaga(SagaEvent event, std::deque<SagaCommand>* queue);
   Status RunNextStep(std::deque<SagaCommand>* queue);
   Status UndoNextStep(std::deque<SagaCommand>* queue);
@@ -110,6 +128,8 @@ class SagaRun {
   int64_t fence_epoch_ = 0;
   const std::atomic<bool>* lease_lost_ = nullptr;
   bool taken_over_ = false;
+  WriteBatch staged_;  // written to rec_ already, not yet to the store
+  bool has_staged_ = false;
 
   // Before any call to the outside world: the lease must still be ours.
   Status CheckLease() const {
@@ -122,14 +142,45 @@ class SagaRun {
 };
 
 Status SagaRun::Commit(WriteBatch batch) {
-  batch.saga_id = rec_.summary.saga_id;
-  batch.fence_epoch = fence_epoch_;
-  IDEM_RETURN_IF_ERROR(store_->Commit(batch));
-  for (const StepRecord& st : batch.steps) rec_.steps[st.index] = st;
+  Stage(std::move(batch));
+  return Flush();
+}
+
+void SagaRun::Stage(WriteBatch batch) {
+  for (StepRecord& st : batch.steps) {
+    rec_.steps[st.index] = st;
+    auto same = std::find_if(staged_.steps.begin(), staged_.steps.end(),
+                             [&](const StepRecord& s) { return s.index == st.index; });
+    if (same != staged_.steps.end()) {
+      *same = std::move(st);
+    } else {
+      staged_.steps.push_back(std::move(st));
+    }
+  }
   if (batch.saga_state) {
     rec_.summary.state = *batch.saga_state;
     rec_.summary.reason = batch.saga_reason;
+    staged_.saga_state = std::move(batch.saga_state);
+    staged_.saga_reason = std::move(batch.saga_reason);
   }
+  for (JournalEntry& e : batch.journal) staged_.journal.push_back(std::move(e));
+  for (storage::EffectRecord& e : batch.effects) staged_.effects.push_back(std::move(e));
+  if (!batch.consume_token.empty()) {
+    // One token per batch; every batch that spends one is flushed at once.
+    staged_.consume_token = std::move(batch.consume_token);
+    staged_.consume_token_step = std::move(batch.consume_token_step);
+  }
+  has_staged_ = true;
+}
+
+Status SagaRun::Flush() {
+  if (!has_staged_) return Status::Ok();
+  WriteBatch batch = std::move(staged_);
+  staged_ = WriteBatch();
+  has_staged_ = false;
+  batch.saga_id = rec_.summary.saga_id;
+  batch.fence_epoch = fence_epoch_;
+  IDEM_RETURN_IF_ERROR(store_->Commit(batch));
   if (options_.observer) {
     for (const JournalEntry& e : batch.journal) options_.observer(e);
   }
@@ -137,17 +188,29 @@ Status SagaRun::Commit(WriteBatch batch) {
 }
 
 Status SagaRun::CommitStep(const StepRecord& st, const std::string& event, Json data,
-                           std::vector<storage::EffectRecord> effects) {
+                           std::vector<storage::EffectRecord> effects, Durable durable) {
   StepRecord copy = st;
   copy.updated_ms = options_.clock->NowMs();
   WriteBatch b;
   b.steps.push_back(copy);
   b.journal.push_back(Entry(st.step_id, event, std::move(data)));
   b.effects = std::move(effects);
+  if (durable == Durable::kWithNextFlush) {
+    Stage(std::move(b));
+    return Status::Ok();
+  }
   return Commit(std::move(b));
 }
 
 Status SagaRun::Drive() {
+  Status s = DriveStates();
+  // What was staged is valid progress even when the drive stopped early
+  // (stopping, a lost lease refuses it, a tool not registered).
+  Status flushed = Flush();
+  return s.ok() ? flushed : s;
+}
+
+Status SagaRun::DriveStates() {
   auto state = ParseSagaState(rec_.summary.state);
   if (!state) return Status::Internal("saga has an unknown state \"" + rec_.summary.state + "\"");
   SagaMachine saga(*state);
@@ -159,7 +222,7 @@ Status SagaRun::Drive() {
       WriteBatch b;
       b.saga_state = SagaStateName(saga.state());
       b.journal.push_back(Entry("", "saga_started", Json::object()));
-      IDEM_RETURN_IF_ERROR(Commit(std::move(b)));
+      Stage(std::move(b));  // durable with the first step's `submitted`
       IDEM_FAILPOINT("saga.after_start");
       queue.assign(cmds->begin(), cmds->end());
       break;
@@ -254,7 +317,7 @@ Status SagaRun::FireSaga(SagaEvent event, std::deque<SagaCommand>* queue) {
         b.saga_reason = park_reason_;
       }
       b.journal.push_back(Entry("", "saga_" + next, data));
-      IDEM_RETURN_IF_ERROR(Commit(std::move(b)));
+      Stage(std::move(b));  // durable with the next write before a call
       queue->push_back(c);
     } else {
       queue->push_back(c);
@@ -503,6 +566,7 @@ Result<StepEnd> SagaRun::DriveStep(int index, bool rolling_back) {
           call.expected_version =
               st.phase.value("preview", Json::object()).value("resource_version", "");
         }
+        IDEM_RETURN_IF_ERROR(Flush());  // normally done by `submitted`
         IDEM_RETURN_IF_ERROR(CheckLease());
         inherited = false;  // from here on the uncertainty is this drive's own
         outcome = tool->Invoke(call);
@@ -572,7 +636,9 @@ Result<StepEnd> SagaRun::DriveStep(int index, bool rolling_back) {
         Json data = {{"attempt", st.attempt}, {"result", st.result}};
         if (!st.external_ref.empty()) data["external_ref"] = st.external_ref;
         if (by_status) data["resolved_by"] = "status_lookup";
-        IDEM_RETURN_IF_ERROR(CommitStep(st, "succeeded", data, {eff}));
+        IDEM_RETURN_IF_ERROR(CommitStep(
+            st, "succeeded", data, {eff},
+            Deferrable(tool->info(), st.attempt) ? Durable::kWithNextFlush : Durable::kNow));
         IDEM_FAILPOINT("step.after_outcome");
         return StepEnd::kSucceeded;
       }
@@ -821,6 +887,7 @@ Result<UndoEnd> SagaRun::DriveUndo(int index) {
     switch (cmd) {
       case StepCommand::kCallCompensation: {
         ToolCall call{comp.tool, key, *args, st.comp_attempt, rec_.summary.saga_id, st.step_id, ""};
+        IDEM_RETURN_IF_ERROR(Flush());
         IDEM_RETURN_IF_ERROR(CheckLease());
         outcome = tool->Invoke(call);
         IDEM_FAILPOINT("compensation.after_call");
@@ -869,7 +936,8 @@ Result<UndoEnd> SagaRun::DriveUndo(int index) {
         eff.external_ref = outcome.external_ref;
         eff.at_ms = options_.clock->NowMs();
         IDEM_RETURN_IF_ERROR(CommitStep(
-            st, "compensated", {{"attempt", st.comp_attempt}, {"result", outcome.result}}, {eff}));
+            st, "compensated", {{"attempt", st.comp_attempt}, {"result", outcome.result}}, {eff},
+            Deferrable(info, st.comp_attempt) ? Durable::kWithNextFlush : Durable::kNow));
         IDEM_FAILPOINT("compensation.after_outcome");
         return UndoEnd::kUndone;
       }
@@ -918,6 +986,7 @@ Engine::Engine(storage::Store* store, const ToolRegistry* tools, EngineOptions o
       options_(std::move(options)),
       spec_cache_(std::make_shared<SpecCache>()) {
   if (options_.owner.empty()) options_.owner = NewId("drv_");
+  renewer_ = std::make_shared<LeaseRenewer>(store_, options_.lease_ms);
 }
 
 Result<SubmitResult> Engine::Submit(const SagaSpec& spec, const Json& input,
@@ -957,52 +1026,95 @@ Result<SubmitResult> Engine::Submit(const SagaSpec& spec, const Json& input,
   return SubmitResult{out->saga_id, out->created};
 }
 
-namespace {
-
-// Renews a lease every lease_ms / 3 on its own thread until destroyed; if a
-// renewal is refused (the lease was lost), `lost` turns true for good.
-class LeaseKeeper {
+// Renews the leases of every drive of one engine from one thread, each
+// every lease_ms / 3; a renewal that is refused (the lease was lost) turns
+// its `lost` flag true for good. One thread per engine rather than one per
+// drive: a drive registers its lease without starting a thread.
+class Engine::LeaseRenewer {
  public:
-  LeaseKeeper(storage::Store* store, storage::Lease lease, int64_t lease_ms)
-      : store_(store), lease_(std::move(lease)), lease_ms_(lease_ms) {
-    thread_ = std::thread([this] { Loop(); });
-  }
-  ~LeaseKeeper() {
+  struct Held {
+    storage::Lease lease;
+    std::chrono::steady_clock::time_point due;
+    std::atomic<bool> lost{false};
+    bool renewing = false;  // GUARDED_BY(LeaseRenewer::mu_)
+  };
+
+  LeaseRenewer(storage::Store* store, int64_t lease_ms)
+      : store_(store), period_(std::max<int64_t>(1, lease_ms / 3)), lease_ms_(lease_ms) {}
+  ~LeaseRenewer() {
     {
       std::lock_guard<std::mutex> lock(mu_);
       done_ = true;
     }
     cv_.notify_all();
-    thread_.join();
+    if (thread_.joinable()) thread_.join();
   }
-  const std::atomic<bool>* lost() const { return &lost_; }
+
+  std::shared_ptr<Held> Add(const storage::Lease& lease) {
+    auto held = std::make_shared<Held>();
+    held->lease = lease;
+    held->due = std::chrono::steady_clock::now() + period_;
+    std::lock_guard<std::mutex> lock(mu_);
+    held_.push_back(held);
+    if (!thread_.joinable()) thread_ = std::thread([this] { Loop(); });
+    cv_.notify_all();
+    return held;
+  }
+
+  /// After Remove returns, no renewal of the lease is running or will run:
+  /// the caller may release it.
+  void Remove(const std::shared_ptr<Held>& held) {
+    std::unique_lock<std::mutex> lock(mu_);
+    held_.erase(std::remove(held_.begin(), held_.end(), held), held_.end());
+    cv_.wait(lock, [&] { return !held->renewing; });
+  }
 
  private:
   void Loop() {
     std::unique_lock<std::mutex> lock(mu_);
-    auto period = std::chrono::milliseconds(std::max<int64_t>(1, lease_ms_ / 3));
-    while (!cv_.wait_for(lock, period, [this] { return done_; })) {
-      Status s = store_->RenewLease(lease_, lease_ms_);
-      if (s.code() == Code::kAborted || s.code() == Code::kNotFound) {
-        lost_ = true;
-        return;
+    while (!done_) {
+      auto now = std::chrono::steady_clock::now();
+      auto next = now + std::chrono::hours(1);
+      std::vector<std::shared_ptr<Held>> due;
+      for (const auto& h : held_) {
+        if (h->due <= now) {
+          h->renewing = true;
+          due.push_back(h);
+        } else {
+          next = std::min(next, h->due);
+        }
       }
-      // kUnavailable: the store is unreachable; keep trying. If the lease
-      // expires meanwhile, the fenced writes will be refused.
+      if (due.empty()) {
+        cv_.wait_until(lock, next);
+        continue;
+      }
+      lock.unlock();
+      for (const auto& h : due) {
+        Status s = store_->RenewLease(h->lease, lease_ms_);
+        // kUnavailable: the store is unreachable; keep trying. If the lease
+        // expires meanwhile, the fenced writes will be refused.
+        if (s.code() == Code::kAborted || s.code() == Code::kNotFound) h->lost = true;
+      }
+      lock.lock();
+      auto after = std::chrono::steady_clock::now();
+      for (const auto& h : due) {
+        h->renewing = false;
+        h->due = after + period_;
+        if (h->lost) held_.erase(std::remove(held_.begin(), held_.end(), h), held_.end());
+      }
+      cv_.notify_all();
     }
   }
 
   storage::Store* store_;
-  storage::Lease lease_;
-  int64_t lease_ms_;
-  std::atomic<bool> lost_{false};
+  const std::chrono::milliseconds period_;
+  const int64_t lease_ms_;
   std::mutex mu_;
   std::condition_variable cv_;
-  bool done_ = false;  // GUARDED_BY(mu_)
+  bool done_ = false;                        // GUARDED_BY(mu_)
+  std::vector<std::shared_ptr<Held>> held_;  // GUARDED_BY(mu_)
   std::thread thread_;
 };
-
-}  // namespace
 
 Result<SagaRecord> Engine::Run(const std::string& saga_id) {
   if (options_.use_leases) {
@@ -1032,9 +1144,9 @@ Result<SagaRecord> Engine::RunLeased(const storage::Lease& lease) {
   const std::string& saga_id = lease.saga_id;
   Result<SagaRecord> out = Status::Internal("unset");
   const bool leased = lease.epoch != 0;
+  std::shared_ptr<LeaseRenewer::Held> held;
+  if (leased) held = renewer_->Add(lease);
   {
-    std::optional<LeaseKeeper> keeper;
-    if (leased) keeper.emplace(store_, lease, options_.lease_ms);
     auto rec = store_->LoadSaga(saga_id);
     if (!rec.ok()) {
       out = rec.status();
@@ -1049,7 +1161,7 @@ Result<SagaRecord> Engine::RunLeased(const storage::Lease& lease) {
       } else {
         SagaRun run(store_, tools_, options_, std::move(rec).value(), std::move(spec).value());
         if (leased) {
-          run.Fence(lease.epoch, keeper->lost());
+          run.Fence(lease.epoch, &held->lost);
           // With leases, another process may have driven the saga before;
           // without, the file lock proves the previous driver is gone.
           run.MarkTakenOver();
@@ -1064,6 +1176,7 @@ Result<SagaRecord> Engine::RunLeased(const storage::Lease& lease) {
     }
   }
   if (leased) {
+    renewer_->Remove(held);
     Status released = store_->ReleaseLease(lease);
     (void)released;  // lost already, or the store is down: the lease expires on its own
   }

@@ -167,11 +167,13 @@ class Engine {
   /// schema validation is the largest CPU cost of a drive.
   Result<SagaSpec> CachedSpec(const Json& spec);
   struct SpecCache;
+  class LeaseRenewer;
 
   storage::Store* store_;
   const ToolRegistry* tools_;
   EngineOptions options_;
   std::shared_ptr<SpecCache> spec_cache_;
+  std::shared_ptr<LeaseRenewer> renewer_;
 };
 
 /// The idempotency key of a step: stable across attempts, processes and
