@@ -3,6 +3,8 @@
 
 #include "saga/engine.h"
 
+#include <algorithm>
+#include <atomic>
 #include <filesystem>
 #include <map>
 #include <mutex>
@@ -96,6 +98,58 @@ std::unique_ptr<Tool> MakeTool(Provider* p, const std::string& name, EffectClass
   }
   return std::make_unique<FunctionTool>(info, invoke, lookup, preview);
 }
+
+// Forwards to a real store and records, per committed transaction, the
+// journal entries it carried ("step:event"), to check which writes share one.
+class TransactionLog : public storage::Store {
+ public:
+  explicit TransactionLog(storage::Store* inner) : inner_(inner) {}
+  std::vector<std::vector<std::string>> commits;
+
+  Result<storage::CreateOutcome> CreateIntent(const storage::NewSaga& saga) override {
+    auto out = inner_->CreateIntent(saga);
+    if (out.ok() && out->created) commits.push_back({"intent"});
+    return out;
+  }
+  Result<storage::SagaRecord> LoadSaga(const std::string& id) override {
+    return inner_->LoadSaga(id);
+  }
+  Status Commit(const storage::WriteBatch& batch) override {
+    Status s = inner_->Commit(batch);
+    if (s.ok()) {
+      std::vector<std::string> events;
+      for (const auto& e : batch.journal) events.push_back(e.step_id + ":" + e.event);
+      commits.push_back(events);
+    }
+    return s;
+  }
+  Result<std::vector<storage::SagaSummary>> ListSagas(const storage::SagaFilter& f) override {
+    return inner_->ListSagas(f);
+  }
+  Result<std::vector<storage::JournalEntry>> ReadJournal(const std::string& id) override {
+    return inner_->ReadJournal(id);
+  }
+  Result<std::vector<storage::EffectRecord>> ListEffects(const std::string& id) override {
+    return inner_->ListEffects(id);
+  }
+  int SchemaVersion() override { return inner_->SchemaVersion(); }
+  Result<std::vector<storage::Lease>> ClaimSagas(const std::vector<std::string>& states,
+                                                 const std::string& owner, int64_t lease_ms,
+                                                 int limit) override {
+    return inner_->ClaimSagas(states, owner, lease_ms, limit);
+  }
+  Result<storage::Lease> ClaimSaga(const std::string& id, const std::string& owner,
+                                   int64_t lease_ms) override {
+    return inner_->ClaimSaga(id, owner, lease_ms);
+  }
+  Status RenewLease(const storage::Lease& lease, int64_t lease_ms) override {
+    return inner_->RenewLease(lease, lease_ms);
+  }
+  Status ReleaseLease(const storage::Lease& lease) override { return inner_->ReleaseLease(lease); }
+
+ private:
+  storage::Store* inner_;
+};
 
 class EngineTest : public ::testing::Test {
  protected:
@@ -218,6 +272,67 @@ class EngineTest : public ::testing::Test {
   preview_commit::TokenSigner signer_{&keys_, &clock_};
   std::vector<std::string> events_;
 };
+
+// Staged writes: an outcome whose loss a recovery settles rides with the
+// next `submitted`; a three-step saga of keyed tools commits 5 times.
+TEST_F(EngineTest, OutcomesOfKeyedStepsShareTheNextSubmittedTransaction) {
+  TransactionLog log(store_.get());
+  EngineOptions o;
+  o.clock = &clock_;
+  o.use_leases = false;
+  Engine e(&log, &tools_, o);
+  auto sub = e.Submit(Spec(), {{"who", "ana"}}, "intent-1");
+  ASSERT_TRUE(sub.ok()) << sub.status().ToString();
+  auto rec = e.Run(sub->saga_id);
+  ASSERT_TRUE(rec.ok()) << rec.status().ToString();
+  EXPECT_EQ(rec->summary.state, "succeeded");
+  const std::vector<std::vector<std::string>> want = {{"intent"},
+                                                      {":saga_started", "first:submitted"},
+                                                      {"first:succeeded", "second:submitted"},
+                                                      {"second:succeeded", "third:submitted"},
+                                                      {"third:succeeded", ":saga_succeeded"}};
+  EXPECT_EQ(log.commits, want);
+}
+
+// A tool with neither keys nor status: a lost outcome would park the saga,
+// so it is committed on its own, at once.
+TEST_F(EngineTest, OutcomeOfAToolWithoutKeysOrStatusIsCommittedAtOnce) {
+  TransactionLog log(store_.get());
+  EngineOptions o;
+  o.clock = &clock_;
+  o.use_leases = false;
+  Engine e(&log, &tools_, o);
+  auto sub = e.Submit(Spec("neither.do"), {{"who", "ana"}}, "intent-1");
+  ASSERT_TRUE(sub.ok()) << sub.status().ToString();
+  auto rec = e.Run(sub->saga_id);
+  ASSERT_TRUE(rec.ok()) << rec.status().ToString();
+  EXPECT_EQ(rec->summary.state, "succeeded");
+  const std::vector<std::string> alone = {"second:succeeded"};
+  EXPECT_NE(std::find(log.commits.begin(), log.commits.end(), alone), log.commits.end())
+      << "second:succeeded should be a transaction of its own";
+}
+
+// A drive that stops between steps still makes what it staged durable.
+TEST_F(EngineTest, AStoppedDriveFlushesTheOutcomeItStaged) {
+  std::atomic<bool> stop{false};
+  EngineOptions o;
+  o.clock = &clock_;
+  o.use_leases = false;
+  o.stop = &stop;
+  o.observer = [&](const storage::JournalEntry& e) {
+    if (e.step_id == "first" && e.event == "submitted") stop = true;
+  };
+  Engine e(store_.get(), &tools_, o);
+  auto sub = e.Submit(Spec(), {{"who", "ana"}}, "intent-1");
+  ASSERT_TRUE(sub.ok()) << sub.status().ToString();
+  auto rec = e.Run(sub->saga_id);
+  EXPECT_EQ(rec.status().code(), Code::kAborted) << rec.status().ToString();
+  auto stored = store_->LoadSaga(sub->saga_id);
+  ASSERT_TRUE(stored.ok());
+  EXPECT_EQ(stored->steps[0].state, "succeeded");
+  EXPECT_EQ(stored->steps[1].state, "planned");
+  EXPECT_EQ(Calls(stored->steps[0].step_key), 1);
+}
 
 TEST_F(EngineTest, HappyPathRunsEveryStepOnceWithResolvedArguments) {
   auto rec = SubmitAndRun(Spec());
