@@ -97,8 +97,10 @@ struct PgOptions {
   /// How long an unknown COMMIT outcome is looked up before kUnavailable.
   int resolve_timeout_ms = 10000;
   /// Tests only: called in every write transaction after txid_current() was
-  /// read and right before COMMIT is sent, with the backend pid of the
-  /// transaction's connection (e.g. to pg_terminate_backend it).
+  /// read (a transaction that wrote nothing takes none) and right before
+  /// COMMIT is sent, with the backend pid of the transaction's connection
+  /// (e.g. to pg_terminate_backend it). Reads and the look-up of a repeated
+  /// CreateIntent are no write transactions.
   std::function<void(int backend_pid)> before_commit_hook;
   /// Concurrent Commit calls share transactions (see above). Off by
   /// default: PostgreSQL already shares one WAL flush between concurrent
