@@ -13,6 +13,7 @@
 #include <set>
 #include <stdexcept>
 #include <thread>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -150,30 +151,34 @@ struct Statement {
   const char* sql;
 };
 
+// Write statements return txid_current() where they can (RETURNING), so that
+// Run need not ask for it in a round trip of its own before COMMIT.
+
 constexpr Statement kSagaExists = {"saga_exists", "SELECT 1 FROM sagas WHERE saga_id = $1"};
-constexpr Statement kLockSaga = {"lock_saga",
-                                 "SELECT lease_epoch FROM sagas WHERE saga_id = $1 FOR UPDATE"};
+constexpr Statement kLockSaga = {
+    "lock_saga", "SELECT lease_epoch, txid_current() FROM sagas WHERE saga_id = $1 FOR UPDATE"};
 // The server's clock in ms since the epoch: leases are judged by it alone.
 #define IDEM_PG_NOW_MS "(extract(epoch from clock_timestamp()) * 1000)::bigint"
 constexpr Statement kRenewLease = {
     "renew_lease", "UPDATE sagas SET lease_expires_ms = " IDEM_PG_NOW_MS
-                   " + $4 WHERE saga_id = $1 AND lease_owner = $2 AND lease_epoch = $3"};
+                   " + $4 WHERE saga_id = $1 AND lease_owner = $2 AND lease_epoch = $3"
+                   " RETURNING txid_current()"};
 constexpr Statement kClaimSaga = {
     "claim_saga", "UPDATE sagas SET lease_owner = $2, lease_expires_ms = " IDEM_PG_NOW_MS
                   " + $3, lease_epoch = lease_epoch + 1 WHERE saga_id = $1 AND"
                   " (lease_expires_ms < " IDEM_PG_NOW_MS
                   " OR lease_owner = $2)"
-                  " RETURNING lease_owner, lease_epoch, lease_expires_ms"};
+                  " RETURNING lease_owner, lease_epoch, lease_expires_ms, txid_current()"};
 constexpr Statement kLeaseHolder = {
     "lease_holder", "SELECT lease_owner, lease_expires_ms FROM sagas WHERE saga_id = $1"};
-constexpr Statement kReleaseLease = {
-    "release_lease",
-    "UPDATE sagas SET lease_expires_ms = 0"
-    " WHERE saga_id = $1 AND lease_owner = $2 AND lease_epoch = $3"};
+constexpr Statement kReleaseLease = {"release_lease",
+                                     "UPDATE sagas SET lease_expires_ms = 0"
+                                     " WHERE saga_id = $1 AND lease_owner = $2 AND lease_epoch = $3"
+                                     " RETURNING txid_current()"};
 constexpr Statement kInsertIntent = {
     "insert_intent",
     "INSERT INTO intents (intent_key, fingerprint, saga_id, created_ms) VALUES ($1, $2, $3, $4)"
-    " ON CONFLICT (intent_key) DO NOTHING"};
+    " ON CONFLICT (intent_key) DO NOTHING RETURNING txid_current()"};
 constexpr Statement kSelectIntent = {
     "select_intent", "SELECT fingerprint, saga_id FROM intents WHERE intent_key = $1"};
 constexpr Statement kInsertSaga = {
@@ -187,11 +192,40 @@ constexpr Statement kInsertStep = {
 constexpr Statement kInsertJournal = {
     "insert_journal",
     "INSERT INTO journal (saga_id, step_id, event, data, at_ms) VALUES ($1, $2, $3, $4, $5)"};
+// The saga's new state, fenced ($5: the batch's fence epoch, 0 for none), and
+// the batch's first journal entry, written only if the update was: no rows
+// returned means that the saga is missing or the fence failed. The UPDATE
+// locks the saga's row as kLockSaga does.
+constexpr Statement kUpdateSagaAndJournal = {
+    "update_saga_and_journal",
+    "WITH u AS (UPDATE sagas SET state = $1, reason = $2, updated_ms = $3"
+    " WHERE saga_id = $4 AND ($5::bigint = 0 OR lease_epoch = $5::bigint) RETURNING saga_id)"
+    " INSERT INTO journal (saga_id, step_id, event, data, at_ms)"
+    " SELECT saga_id, $6::text, $7::text, $8::text, $9::bigint FROM u RETURNING txid_current()"};
 constexpr Statement kUpdateSaga = {
-    "update_saga", "UPDATE sagas SET state = $1, reason = $2, updated_ms = $3 WHERE saga_id = $4"};
+    "update_saga",
+    "UPDATE sagas SET state = $1, reason = $2, updated_ms = $3"
+    " WHERE saga_id = $4 AND ($5::bigint = 0 OR lease_epoch = $5::bigint)"
+    " RETURNING txid_current()"};
 constexpr Statement kUpsertStep = {
     "upsert_step",
     "INSERT INTO steps (saga_id, idx, step_id, tool, state, attempt, step_key, args,"
+    " args_fingerprint, result, external_ref, error, comp_attempt, comp_result, updated_ms,"
+    " phase) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)"
+    " ON CONFLICT (saga_id, idx) DO UPDATE SET"
+    " step_id = excluded.step_id, tool = excluded.tool, state = excluded.state,"
+    " attempt = excluded.attempt, step_key = excluded.step_key, args = excluded.args,"
+    " args_fingerprint = excluded.args_fingerprint, result = excluded.result,"
+    " external_ref = excluded.external_ref, error = excluded.error,"
+    " comp_attempt = excluded.comp_attempt, comp_result = excluded.comp_result,"
+    " updated_ms = excluded.updated_ms, phase = excluded.phase"};
+// kUpsertStep and one journal entry ($17..$20) in one statement. Only the
+// step can conflict (journal.seq is a sequence's).
+constexpr Statement kUpsertStepAndJournal = {
+    "upsert_step_and_journal",
+    "WITH j AS (INSERT INTO journal (saga_id, step_id, event, data, at_ms)"
+    " VALUES ($1, $17, $18, $19, $20))"
+    " INSERT INTO steps (saga_id, idx, step_id, tool, state, attempt, step_key, args,"
     " args_fingerprint, result, external_ref, error, comp_attempt, comp_result, updated_ms,"
     " phase) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)"
     " ON CONFLICT (saga_id, idx) DO UPDATE SET"
@@ -208,28 +242,51 @@ constexpr Statement kInsertEffect = {
     "insert_effect",
     "INSERT INTO effects (idempotency_key, saga_id, step_id, kind, tool, result, external_ref,"
     " at_ms) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)"};
-constexpr Statement kSelectSaga = {
-    "select_saga",
-    "SELECT saga_id, intent_key, spec_name, state, reason, created_ms, updated_ms, fingerprint,"
-    " spec, input FROM sagas WHERE saga_id = $1"};
-constexpr Statement kSelectSteps = {
-    "select_steps",
-    "SELECT idx, step_id, tool, state, attempt, step_key, args, args_fingerprint, result,"
-    " external_ref, error, comp_attempt, comp_result, updated_ms, phase FROM steps"
-    " WHERE saga_id = $1 ORDER BY idx"};
+// The reads below are one statement each (one snapshot, one round trip). A
+// saga with its steps: one row per step (one with NULL step columns if it has
+// none), spec and input in the first row only.
+constexpr Statement kSelectSagaWithSteps = {
+    "select_saga_with_steps",
+    "SELECT s.saga_id, s.intent_key, s.spec_name, s.state, s.reason, s.created_ms, s.updated_ms,"
+    " s.fingerprint,"
+    " CASE WHEN row_number() OVER (ORDER BY t.idx) = 1 THEN s.spec END,"
+    " CASE WHEN row_number() OVER (ORDER BY t.idx) = 1 THEN s.input END,"
+    " t.idx, t.step_id, t.tool, t.state, t.attempt, t.step_key, t.args, t.args_fingerprint,"
+    " t.result, t.external_ref, t.error, t.comp_attempt, t.comp_result, t.updated_ms, t.phase"
+    " FROM sagas s LEFT JOIN steps t ON t.saga_id = s.saga_id WHERE s.saga_id = $1"
+    " ORDER BY t.idx"};
+// No rows: no such saga; one row with a NULL seq: no entries.
 constexpr Statement kSelectJournal = {
     "select_journal",
-    "SELECT seq, step_id, event, data, at_ms FROM journal WHERE saga_id = $1 ORDER BY seq"};
+    "SELECT j.seq, j.step_id, j.event, j.data, j.at_ms FROM sagas s"
+    " LEFT JOIN journal j ON j.saga_id = s.saga_id WHERE s.saga_id = $1 ORDER BY j.seq"};
 constexpr Statement kSelectEffects = {
     "select_effects",
-    "SELECT step_id, kind, tool, idempotency_key, result, external_ref, at_ms FROM effects"
-    " WHERE saga_id = $1 ORDER BY seq"};
+    "SELECT f.step_id, f.kind, f.tool, f.idempotency_key, f.result, f.external_ref, f.at_ms,"
+    " f.seq FROM sagas s LEFT JOIN effects f ON f.saga_id = s.saga_id WHERE s.saga_id = $1"
+    " ORDER BY f.seq"};
 
 constexpr std::array kStatements = {
-    kSagaExists,   kLockSaga,      kInsertIntent, kSelectIntent,  kInsertSaga,
-    kInsertStep,   kInsertJournal, kUpdateSaga,   kUpsertStep,    kConsumeToken,
-    kInsertEffect, kSelectSaga,    kSelectSteps,  kSelectJournal, kSelectEffects,
-    kRenewLease,   kReleaseLease,  kClaimSaga,    kLeaseHolder,
+    kSagaExists,
+    kLockSaga,
+    kInsertIntent,
+    kSelectIntent,
+    kInsertSaga,
+    kInsertStep,
+    kInsertJournal,
+    kUpdateSaga,
+    kUpdateSagaAndJournal,
+    kUpsertStep,
+    kUpsertStepAndJournal,
+    kConsumeToken,
+    kInsertEffect,
+    kSelectSagaWithSteps,
+    kSelectJournal,
+    kSelectEffects,
+    kRenewLease,
+    kReleaseLease,
+    kClaimSaga,
+    kLeaseHolder,
 };
 
 // ---- Errors -----------------------------------------------------------------
@@ -356,6 +413,17 @@ bool SagaExists(pqxx::transaction_base& tx, const std::string& saga_id) {
 
 Status SagaNotFound(const std::string& saga_id) {
   return Status::NotFound("saga " + Quote(saga_id) + " not found");
+}
+
+// The answer to a submission whose intent key is taken, from its row
+// (fingerprint, saga_id): the same saga if the fingerprints match.
+Result<CreateOutcome> ExistingIntent(const NewSaga& saga, const pqxx::row& r) {
+  std::string fingerprint = FieldText(r[0]);
+  std::string existing = FieldText(r[1]);
+  if (fingerprint == saga.fingerprint) return CreateOutcome{existing, false};
+  return Status::Conflict("intent key " + Quote(saga.intent_key) +
+                          " was already submitted with other content (saga " + Quote(existing) +
+                          ", fingerprint " + fingerprint + ")");
 }
 
 void InsertJournal(pqxx::transaction_base& tx, const std::string& saga_id, const JournalEntry& e) {
@@ -618,20 +686,42 @@ CommitOutcome ResolveCommit(PgStore::Pool& pool, int64_t txid, int old_pid, int 
   }
 }
 
+// What a write body may tell Run about its transaction (bodies that take a
+// WriteNote* as their second argument).
+struct WriteNote {
+  // txid_current(), if a statement of the body returned it; 0: Run asks.
+  int64_t txid = 0;
+  // The body wrote nothing its result depends on: the result holds whether or
+  // not COMMIT happens, so Run takes no transaction id for it and an unknown
+  // COMMIT outcome needs no resolving.
+  bool nothing_written = false;
+};
+
+// Calls body(tx, note) or body(tx), whichever the body takes.
+template <typename Body>
+auto CallBody(Body& body, pqxx::transaction_base& tx, WriteNote* note) {
+  if constexpr (std::is_invocable_v<Body&, pqxx::transaction_base&, WriteNote*>) {
+    return body(tx, note);
+  } else {
+    return body(tx);
+  }
+}
+
 }  // namespace
 
 // ---- Transactions ------------------------------------------------------------------
 
 // Runs `body(tx)` in one transaction on a pooled connection and commits it if
 // the body returned OK; any other return or throw rolls it back (pqxx's
-// transactions abort in their destructor). Retries, each from the start on a
-// new transaction:
+// transactions abort in their destructor). kOneStatement: the body must run
+// a single statement (it runs without BEGIN/COMMIT, in autocommit). Retries,
+// each from the start on a new transaction:
 //  - serialization failure / deadlock: up to kMaxAttempts runs, then kAborted;
 //  - lost connection before COMMIT: once, on a new connection;
 //  - lost connection during COMMIT: the outcome is looked up (ResolveCommit);
 //    committed -> the body's result; aborted -> once, like a lost connection.
 template <typename T, typename Body>
-Result<T> PgStore::Run(const std::string& op, bool write, Body&& body) {
+Result<T> PgStore::Run(const std::string& op, Access access, Body&& body) {
   enum class Next { kRetryContention, kRetryBroken, kResolve };
   bool retried_broken = false;
   for (int attempt = 1;; ++attempt) {
@@ -648,11 +738,16 @@ Result<T> PgStore::Run(const std::string& op, bool write, Body&& body) {
       Borrowed c(pool_.get(), std::move(acquired).value());
       pid = c->pid;
       try {
-        if (write) {
+        if (access == Access::kWrite) {
           pqxx::work tx(c->conn);
-          Result<T> r = body(tx);
+          WriteNote note;
+          Result<T> r = CallBody(body, tx, &note);
           if (!r.ok()) return r;
-          txid = tx.exec1("SELECT txid_current()")[0].as<int64_t>();
+          if (note.txid != 0) {
+            txid = note.txid;
+          } else if (!note.nothing_written) {
+            txid = tx.exec1("SELECT txid_current()")[0].as<int64_t>();
+          }
           if (options_.before_commit_hook) options_.before_commit_hook(pid);
           try {
             tx.commit();
@@ -663,14 +758,22 @@ Result<T> PgStore::Run(const std::string& op, bool write, Body&& body) {
             if (c->conn.is_open() && dynamic_cast<const pqxx::in_doubt_error*>(&e) == nullptr) {
               throw;
             }
+            if (note.nothing_written && note.txid == 0) {
+              // Committed or not, the result stands.
+              c.MarkBroken();
+              return r;
+            }
             failure = Status::Unavailable(op + ": connection to PostgreSQL at " + pool_->Where() +
                                           " lost while COMMIT was in flight");
             pending.emplace(std::move(r));
             next = Next::kResolve;
           }
+        } else if (access == Access::kOneStatement) {
+          pqxx::nontransaction tx(c->conn);
+          return CallBody(body, tx, nullptr);
         } else {
           pqxx::transaction<pqxx::repeatable_read, pqxx::read_only> tx(c->conn);
-          Result<T> r = body(tx);
+          Result<T> r = CallBody(body, tx, nullptr);
           if (!r.ok()) return r;
           tx.commit();
           return r;
@@ -882,12 +985,28 @@ Result<CreateOutcome> PgStore::CreateIntent(const NewSaga& saga) {
   }
 
   const std::string op = "CreateIntent " + Quote(saga.intent_key);
+  // A repeated submission (the common case of a retry) is answered by one
+  // SELECT on its own: no transaction id, nothing for the server to flush.
+  Result<std::optional<CreateOutcome>> found = Run<std::optional<CreateOutcome>>(
+      op, Access::kOneStatement,
+      [&](pqxx::transaction_base& tx) -> Result<std::optional<CreateOutcome>> {
+        pqxx::result q = tx.exec_prepared(kSelectIntent.name, saga.intent_key);
+        if (q.empty()) return std::optional<CreateOutcome>();
+        Result<CreateOutcome> existing = ExistingIntent(saga, q[0]);
+        if (!existing.ok()) return existing.status();
+        return std::optional<CreateOutcome>(std::move(existing).value());
+      });
+  if (!found.ok()) return found.status();
+  if (found->has_value()) return std::move(**found);
+
   return Run<CreateOutcome>(
-      op, /*write=*/true, [&](pqxx::transaction_base& tx) -> Result<CreateOutcome> {
+      op, Access::kWrite,
+      [&](pqxx::transaction_base& tx, WriteNote* note) -> Result<CreateOutcome> {
         const JsonParam spec(saga.spec);
         const JsonParam input(saga.input);
-        // Race-free across processes: of concurrent inserts of one key, one wins;
-        // the others wait for it and then see its committed row.
+        // Race-free across processes: of concurrent inserts of one key (since
+        // the look-up above), one wins; the others wait for it and then see
+        // its committed row.
         pqxx::result ins;
         try {
           ins = tx.exec_prepared(kInsertIntent.name, saga.intent_key, saga.fingerprint,
@@ -896,19 +1015,17 @@ Result<CreateOutcome> PgStore::CreateIntent(const NewSaga& saga) {
           return Status::Conflict("saga id " + Quote(saga.saga_id) + " is already in use (" +
                                   OneLine(e.what()) + ")");
         }
-        if (ins.affected_rows() == 0) {
+        if (ins.empty()) {
           pqxx::result q = tx.exec_prepared(kSelectIntent.name, saga.intent_key);
           if (q.empty()) {
             return Status::Internal("intent key " + Quote(saga.intent_key) +
                                     " conflicted on insert but cannot be read back");
           }
-          std::string fingerprint = FieldText(q[0][0]);
-          std::string existing = FieldText(q[0][1]);
-          if (fingerprint == saga.fingerprint) return CreateOutcome{existing, false};
-          return Status::Conflict("intent key " + Quote(saga.intent_key) +
-                                  " was already submitted with other content (saga " +
-                                  Quote(existing) + ", fingerprint " + fingerprint + ")");
+          // Another submitter's committed row: the answer whatever our COMMIT does.
+          note->nothing_written = true;
+          return ExistingIntent(saga, q[0]);
         }
+        note->txid = ins[0][0].as<int64_t>();
         tx.exec_prepared(kInsertSaga.name, saga.saga_id, saga.intent_key, saga.fingerprint,
                          saga.spec_name, spec.Ptr(), input.Ptr(), saga.state,
                          static_cast<int64_t>(saga.created_ms));
@@ -929,26 +1046,55 @@ Result<CreateOutcome> PgStore::CreateIntent(const NewSaga& saga) {
 
 namespace {
 
-// Writes one batch inside `tx`. A non-OK result means the caller must roll
-// the batch back (some of it may have been written).
+// Writes one batch inside `tx` and sets *txid to txid_current(). A non-OK
+// result means the caller must roll the batch back (some of it may have been
+// written).
+//
+// Round trips: the first statement locks the saga's row and checks the fence
+// (with the saga's new state and first journal entry, if it has a state), the
+// first step carries the first journal entry otherwise; every further row is
+// one statement.
 Result<bool> ApplyBatch(pqxx::transaction_base& tx, const WriteBatch& batch, int64_t updated_ms,
-                        int64_t consumed_ms) {
-  // The saga's row lock serialises commits to one saga, as SQLite's write
-  // lock does: its journal seq order is its commit order. It also pins the
-  // lease epoch until COMMIT: a claim (which bumps it) waits for us or skips
-  // the row.
-  pqxx::result locked = tx.exec_prepared(kLockSaga.name, batch.saga_id);
-  if (locked.empty()) return SagaNotFound(batch.saga_id);
-  const auto epoch = locked[0][0].as<int64_t>();
-  if (batch.fence_epoch != 0 && epoch != batch.fence_epoch) {
+                        int64_t consumed_ms, int64_t* txid) {
+  auto fence_failed = [&](int64_t epoch) {
     return Status::Aborted("lease lost: saga " + Quote(batch.saga_id) + " is at lease epoch " +
                            std::to_string(epoch) + ", the batch is fenced on epoch " +
                            std::to_string(batch.fence_epoch) +
                            "; nothing of the batch was written");
-  }
+  };
+  // Why the fenced UPDATE changed nothing: no such saga, or another epoch.
+  auto update_refused = [&]() -> Status {
+    pqxx::result locked = tx.exec_prepared(kLockSaga.name, batch.saga_id);
+    if (locked.empty()) return SagaNotFound(batch.saga_id);
+    return fence_failed(locked[0][0].as<int64_t>());
+  };
+  // The saga's row lock serialises commits to one saga, as SQLite's write
+  // lock does: its journal seq order is its commit order. It also pins the
+  // lease epoch until COMMIT: a claim (which bumps it) waits for us or skips
+  // the row. The fenced UPDATE takes the same lock (and rechecks the epoch on
+  // the row's latest version after waiting for it).
+  size_t journal_done = 0;
   if (batch.saga_state.has_value()) {
-    tx.exec_prepared(kUpdateSaga.name, *batch.saga_state, batch.saga_reason, updated_ms,
-                     batch.saga_id);
+    pqxx::result r;
+    if (!batch.journal.empty()) {
+      const JournalEntry& e = batch.journal[0];
+      JsonParam data(e.data);
+      r = tx.exec_prepared(kUpdateSagaAndJournal.name, *batch.saga_state, batch.saga_reason,
+                           updated_ms, batch.saga_id, batch.fence_epoch, e.step_id, e.event,
+                           data.Ptr(), static_cast<int64_t>(e.at_ms));
+      journal_done = 1;
+    } else {
+      r = tx.exec_prepared(kUpdateSaga.name, *batch.saga_state, batch.saga_reason, updated_ms,
+                           batch.saga_id, batch.fence_epoch);
+    }
+    if (r.empty()) return update_refused();
+    *txid = r[0][0].as<int64_t>();
+  } else {
+    pqxx::result locked = tx.exec_prepared(kLockSaga.name, batch.saga_id);
+    if (locked.empty()) return SagaNotFound(batch.saga_id);
+    const auto epoch = locked[0][0].as<int64_t>();
+    if (batch.fence_epoch != 0 && epoch != batch.fence_epoch) return fence_failed(epoch);
+    *txid = locked[0][1].as<int64_t>();
   }
   for (const StepRecord& s : batch.steps) {
     JsonParam args(s.args);
@@ -956,16 +1102,29 @@ Result<bool> ApplyBatch(pqxx::transaction_base& tx, const WriteBatch& batch, int
     JsonParam comp_result(s.comp_result);
     JsonParam phase(s.phase);
     try {
-      tx.exec_prepared(kUpsertStep.name, batch.saga_id, s.index, s.step_id, s.tool, s.state,
-                       s.attempt, s.step_key, args.Ptr(), s.args_fingerprint, result.Ptr(),
-                       s.external_ref, s.error, s.comp_attempt, comp_result.Ptr(),
-                       static_cast<int64_t>(s.updated_ms), phase.Ptr());
+      if (journal_done < batch.journal.size()) {
+        const JournalEntry& e = batch.journal[journal_done];
+        JsonParam data(e.data);
+        tx.exec_prepared(kUpsertStepAndJournal.name, batch.saga_id, s.index, s.step_id, s.tool,
+                         s.state, s.attempt, s.step_key, args.Ptr(), s.args_fingerprint,
+                         result.Ptr(), s.external_ref, s.error, s.comp_attempt, comp_result.Ptr(),
+                         static_cast<int64_t>(s.updated_ms), phase.Ptr(), e.step_id, e.event,
+                         data.Ptr(), static_cast<int64_t>(e.at_ms));
+        ++journal_done;
+      } else {
+        tx.exec_prepared(kUpsertStep.name, batch.saga_id, s.index, s.step_id, s.tool, s.state,
+                         s.attempt, s.step_key, args.Ptr(), s.args_fingerprint, result.Ptr(),
+                         s.external_ref, s.error, s.comp_attempt, comp_result.Ptr(),
+                         static_cast<int64_t>(s.updated_ms), phase.Ptr());
+      }
     } catch (const pqxx::unique_violation& e) {
       return Status::Conflict("step key " + Quote(s.step_key) + " of step " + Quote(s.step_id) +
                               " is used by another step (" + OneLine(e.what()) + ")");
     }
   }
-  for (const JournalEntry& e : batch.journal) InsertJournal(tx, batch.saga_id, e);
+  for (size_t i = journal_done; i < batch.journal.size(); ++i) {
+    InsertJournal(tx, batch.saga_id, batch.journal[i]);
+  }
   if (!batch.consume_token.empty()) {
     try {
       tx.exec_prepared(kConsumeToken.name, batch.consume_token, batch.saga_id,
@@ -1106,10 +1265,10 @@ void PgStore::CommitGroup(std::vector<PendingCommit*> group) {
     // The plain transaction: no savepoint needed.
     PendingCommit& p = *group[0];
     const std::string op = "Commit to saga " + Quote(p.batch->saga_id);
-    Result<bool> done =
-        Run<bool>(op, /*write=*/true, [&](pqxx::transaction_base& tx) -> Result<bool> {
+    Result<bool> done = Run<bool>(
+        op, Access::kWrite, [&](pqxx::transaction_base& tx, WriteNote* note) -> Result<bool> {
           counters.commit_transactions.fetch_add(1);
-          return ApplyBatch(tx, *p.batch, p.updated_ms, p.consumed_ms);
+          return ApplyBatch(tx, *p.batch, p.updated_ms, p.consumed_ms, &note->txid);
         });
     p.status = done.status();
     return;
@@ -1122,7 +1281,8 @@ void PgStore::CommitGroup(std::vector<PendingCommit*> group) {
   });
   const std::string op = "Commit of " + std::to_string(group.size()) + " batches (group commit)";
   Result<std::vector<Status>> done = Run<std::vector<Status>>(
-      op, /*write=*/true, [&](pqxx::transaction_base& tx) -> Result<std::vector<Status>> {
+      op, Access::kWrite,
+      [&](pqxx::transaction_base& tx, WriteNote* note) -> Result<std::vector<Status>> {
         counters.commit_transactions.fetch_add(1);
         std::vector<Status> statuses;
         statuses.reserve(group.size());
@@ -1132,7 +1292,10 @@ void PgStore::CommitGroup(std::vector<PendingCommit*> group) {
           tx.exec("SAVEPOINT idem_batch");
           Status s;
           try {
-            s = ApplyBatch(tx, *p->batch, p->updated_ms, p->consumed_ms).status();
+            // Rolling back to the savepoint keeps the transaction's id.
+            int64_t txid = 0;
+            s = ApplyBatch(tx, *p->batch, p->updated_ms, p->consumed_ms, &txid).status();
+            if (txid != 0) note->txid = txid;
           } catch (const std::exception& e) {
             // A lost connection or contention fails the whole transaction:
             // Run runs the group again or resolves it.
@@ -1203,15 +1366,16 @@ Result<std::vector<Lease>> PgStore::ClaimSagas(const std::vector<std::string>& s
       " LIMIT " +
       limit_p +
       " FOR UPDATE SKIP LOCKED)"
-      " RETURNING saga_id, lease_owner, lease_epoch, lease_expires_ms, updated_ms";
+      " RETURNING saga_id, lease_owner, lease_epoch, lease_expires_ms, updated_ms,"
+      " txid_current()";
 
   struct Claimed {
     Lease lease;
     int64_t updated_ms = 0;
   };
   Result<std::vector<Claimed>> claimed = Run<std::vector<Claimed>>(
-      "ClaimSagas for " + Quote(owner), /*write=*/true,
-      [&](pqxx::transaction_base& tx) -> Result<std::vector<Claimed>> {
+      "ClaimSagas for " + Quote(owner), Access::kWrite,
+      [&](pqxx::transaction_base& tx, WriteNote* note) -> Result<std::vector<Claimed>> {
         std::vector<Claimed> out;
         for (const pqxx::row& r : tx.exec_params(sql, pqxx::prepare::make_dynamic_params(wanted),
                                                  owner, lease_ms, limit)) {
@@ -1221,8 +1385,11 @@ Result<std::vector<Lease>> PgStore::ClaimSagas(const std::vector<std::string>& s
           c.lease.epoch = r[2].as<int64_t>();
           c.lease.expires_ms = r[3].as<int64_t>();
           c.updated_ms = r[4].as<int64_t>();
+          note->txid = r[5].as<int64_t>();
           out.push_back(std::move(c));
         }
+        // Nothing claimed: nothing written, no transaction id to take.
+        if (out.empty()) note->nothing_written = true;
         return out;
       });
   if (!claimed.ok()) return claimed.status();
@@ -1246,8 +1413,8 @@ Result<Lease> PgStore::ClaimSaga(const std::string& saga_id, const std::string& 
                                    std::to_string(lease_ms));
   }
   if (HasNul(saga_id)) return SagaNotFound(saga_id);
-  return Run<Lease>("ClaimSaga " + Quote(saga_id) + " for " + Quote(owner), /*write=*/true,
-                    [&](pqxx::transaction_base& tx) -> Result<Lease> {
+  return Run<Lease>("ClaimSaga " + Quote(saga_id) + " for " + Quote(owner), Access::kWrite,
+                    [&](pqxx::transaction_base& tx, WriteNote* note) -> Result<Lease> {
                       // Waits for the row (unlike ClaimSagas): a commit in flight ends soon.
                       pqxx::result r = tx.exec_prepared(kClaimSaga.name, saga_id, owner, lease_ms);
                       if (r.empty()) {
@@ -1262,6 +1429,7 @@ Result<Lease> PgStore::ClaimSaga(const std::string& saga_id, const std::string& 
                       l.owner = FieldText(r[0][0]);
                       l.epoch = r[0][1].as<int64_t>();
                       l.expires_ms = r[0][2].as<int64_t>();
+                      note->txid = r[0][3].as<int64_t>();
                       return l;
                     });
 }
@@ -1274,18 +1442,19 @@ Status PgStore::UpdateLease(const char* what, const Lease& lease, int64_t lease_
   if (HasNul(lease.saga_id)) return SagaNotFound(lease.saga_id);
   IDEM_RETURN_IF_ERROR(CheckText(lease.owner, std::string(what) + ": owner"));
   const std::string op = std::string(what) + " of saga " + Quote(lease.saga_id);
-  Result<bool> done =
-      Run<bool>(op, /*write=*/true, [&](pqxx::transaction_base& tx) -> Result<bool> {
+  Result<bool> done = Run<bool>(
+      op, Access::kWrite, [&](pqxx::transaction_base& tx, WriteNote* note) -> Result<bool> {
         pqxx::result r =
             release ? tx.exec_prepared(kReleaseLease.name, lease.saga_id, lease.owner, lease.epoch)
                     : tx.exec_prepared(kRenewLease.name, lease.saga_id, lease.owner, lease.epoch,
                                        lease_ms);
-        if (r.affected_rows() == 0) {
+        if (r.empty()) {
           if (!SagaExists(tx, lease.saga_id)) return SagaNotFound(lease.saga_id);
           return Status::Aborted("lease lost: saga " + Quote(lease.saga_id) +
                                  " is no longer leased to " + Quote(lease.owner) + " at epoch " +
                                  std::to_string(lease.epoch));
         }
+        note->txid = r[0][0].as<int64_t>();
         return true;
       });
   return done.status();
@@ -1301,38 +1470,39 @@ Status PgStore::ReleaseLease(const Lease& lease) {
 
 // ---- Reads ------------------------------------------------------------------
 //
-// Each read runs in one REPEATABLE READ snapshot, so that a saga and its steps
-// come from the same commit.
+// Each read is one statement on its own, so that a saga and its steps come
+// from the same snapshot, in one round trip and without a transaction.
 
 Result<SagaRecord> PgStore::LoadSaga(const std::string& saga_id) {
   if (HasNul(saga_id)) return SagaNotFound(saga_id);  // cannot be stored
-  return Run<SagaRecord>("LoadSaga " + Quote(saga_id), /*write=*/false,
+  return Run<SagaRecord>("LoadSaga " + Quote(saga_id), Access::kOneStatement,
                          [&](pqxx::transaction_base& tx) -> Result<SagaRecord> {
                            SagaRecord rec;
-                           pqxx::result q = tx.exec_prepared(kSelectSaga.name, saga_id);
+                           pqxx::result q = tx.exec_prepared(kSelectSagaWithSteps.name, saga_id);
                            if (q.empty()) return SagaNotFound(saga_id);
                            rec.summary = ReadSummary(q[0]);
                            rec.fingerprint = FieldText(q[0][7]);
                            rec.spec = FieldJson(q[0][8], "sagas.spec");
                            rec.input = FieldJson(q[0][9], "sagas.input");
-                           for (const pqxx::row& r : tx.exec_prepared(kSelectSteps.name, saga_id)) {
+                           for (const pqxx::row& r : q) {
+                             if (r[10].is_null()) continue;  // no steps
                              StepRecord s;
                              s.saga_id = saga_id;
-                             s.index = r[0].as<int>();
-                             s.step_id = FieldText(r[1]);
-                             s.tool = FieldText(r[2]);
-                             s.state = FieldText(r[3]);
-                             s.attempt = r[4].as<int>();
-                             s.step_key = FieldText(r[5]);
-                             s.args = FieldJson(r[6], "steps.args");
-                             s.args_fingerprint = FieldText(r[7]);
-                             s.result = FieldJson(r[8], "steps.result");
-                             s.external_ref = FieldText(r[9]);
-                             s.error = FieldText(r[10]);
-                             s.comp_attempt = r[11].as<int>();
-                             s.comp_result = FieldJson(r[12], "steps.comp_result");
-                             s.updated_ms = r[13].as<int64_t>();
-                             s.phase = FieldJson(r[14], "steps.phase");
+                             s.index = r[10].as<int>();
+                             s.step_id = FieldText(r[11]);
+                             s.tool = FieldText(r[12]);
+                             s.state = FieldText(r[13]);
+                             s.attempt = r[14].as<int>();
+                             s.step_key = FieldText(r[15]);
+                             s.args = FieldJson(r[16], "steps.args");
+                             s.args_fingerprint = FieldText(r[17]);
+                             s.result = FieldJson(r[18], "steps.result");
+                             s.external_ref = FieldText(r[19]);
+                             s.error = FieldText(r[20]);
+                             s.comp_attempt = r[21].as<int>();
+                             s.comp_result = FieldJson(r[22], "steps.comp_result");
+                             s.updated_ms = r[23].as<int64_t>();
+                             s.phase = FieldJson(r[24], "steps.phase");
                              rec.steps.push_back(std::move(s));
                            }
                            return rec;
@@ -1366,7 +1536,7 @@ Result<std::vector<SagaSummary>> PgStore::ListSagas(const SagaFilter& filter) {
   sql += " ORDER BY created_ms DESC, saga_id COLLATE \"C\" ASC LIMIT $" + std::to_string(n + 1);
 
   return Run<std::vector<SagaSummary>>(
-      "ListSagas", /*write=*/false,
+      "ListSagas", Access::kOneStatement,
       [&](pqxx::transaction_base& tx) -> Result<std::vector<SagaSummary>> {
         std::vector<SagaSummary> out;
         for (const pqxx::row& r :
@@ -1380,11 +1550,13 @@ Result<std::vector<SagaSummary>> PgStore::ListSagas(const SagaFilter& filter) {
 Result<std::vector<JournalEntry>> PgStore::ReadJournal(const std::string& saga_id) {
   if (HasNul(saga_id)) return SagaNotFound(saga_id);
   return Run<std::vector<JournalEntry>>(
-      "ReadJournal " + Quote(saga_id), /*write=*/false,
+      "ReadJournal " + Quote(saga_id), Access::kOneStatement,
       [&](pqxx::transaction_base& tx) -> Result<std::vector<JournalEntry>> {
-        if (!SagaExists(tx, saga_id)) return SagaNotFound(saga_id);
+        pqxx::result q = tx.exec_prepared(kSelectJournal.name, saga_id);
+        if (q.empty()) return SagaNotFound(saga_id);
         std::vector<JournalEntry> out;
-        for (const pqxx::row& r : tx.exec_prepared(kSelectJournal.name, saga_id)) {
+        for (const pqxx::row& r : q) {
+          if (r[0].is_null()) continue;  // a saga without entries
           JournalEntry e;
           e.seq = r[0].as<int64_t>();
           e.saga_id = saga_id;
@@ -1401,13 +1573,15 @@ Result<std::vector<JournalEntry>> PgStore::ReadJournal(const std::string& saga_i
 Result<std::vector<EffectRecord>> PgStore::ListEffects(const std::string& saga_id) {
   if (HasNul(saga_id)) return SagaNotFound(saga_id);
   return Run<std::vector<EffectRecord>>(
-      "ListEffects " + Quote(saga_id), /*write=*/false,
+      "ListEffects " + Quote(saga_id), Access::kOneStatement,
       [&](pqxx::transaction_base& tx) -> Result<std::vector<EffectRecord>> {
-        if (!SagaExists(tx, saga_id)) return SagaNotFound(saga_id);
+        pqxx::result q = tx.exec_prepared(kSelectEffects.name, saga_id);
+        if (q.empty()) return SagaNotFound(saga_id);
         std::vector<EffectRecord> out;
         // Commits to one saga are serialised by its row lock, so seq order is
         // commit order.
-        for (const pqxx::row& r : tx.exec_prepared(kSelectEffects.name, saga_id)) {
+        for (const pqxx::row& r : q) {
+          if (r[7].is_null()) continue;  // a saga without effects
           EffectRecord f;
           f.saga_id = saga_id;
           f.step_id = FieldText(r[0]);

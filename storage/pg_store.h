@@ -18,7 +18,11 @@
 // Transactions: every Store method is one transaction on one pooled connection,
 // with bound parameters only. Writes run at READ COMMITTED and lock the saga's
 // row (commits to one saga are serialised, so its journal `seq` order is its
-// commit order); reads run in a REPEATABLE READ READ ONLY snapshot.
+// commit order); reads are one statement on its own (one snapshot, no
+// transaction id, one round trip). CreateIntent first looks the intent key up
+// that way: a repeated submission writes nothing and makes the server flush
+// nothing; only an absent key takes the INSERT ... ON CONFLICT path (which
+// still settles the race with a concurrent submitter).
 // Serialization failures and deadlocks are retried (bounded), then kAborted.
 //
 // Lost connections: a connection that broke is discarded together with the
@@ -93,8 +97,10 @@ struct PgOptions {
   /// How long an unknown COMMIT outcome is looked up before kUnavailable.
   int resolve_timeout_ms = 10000;
   /// Tests only: called in every write transaction after txid_current() was
-  /// read and right before COMMIT is sent, with the backend pid of the
-  /// transaction's connection (e.g. to pg_terminate_backend it).
+  /// read (a transaction that wrote nothing takes none) and right before
+  /// COMMIT is sent, with the backend pid of the transaction's connection
+  /// (e.g. to pg_terminate_backend it). Reads and the look-up of a repeated
+  /// CreateIntent are no write transactions.
   std::function<void(int backend_pid)> before_commit_hook;
   /// Concurrent Commit calls share transactions (see above). Off by
   /// default: PostgreSQL already shares one WAL flush between concurrent
@@ -164,8 +170,14 @@ class PgStore : public Store {
 
   PgStore(PgOptions options, std::unique_ptr<Pool> pool, int schema_version);
 
+  // How Run runs a body: a READ COMMITTED write transaction (its outcome
+  // resolved through txid_status if COMMIT is lost); a REPEATABLE READ READ
+  // ONLY snapshot; or one statement on its own (autocommit: no BEGIN, no
+  // COMMIT, no transaction id), which is its own snapshot.
+  enum class Access { kWrite, kSnapshot, kOneStatement };
+
   template <typename T, typename Body>
-  Result<T> Run(const std::string& op, bool write, Body&& body);
+  Result<T> Run(const std::string& op, Access access, Body&& body);
 
   // Runs `group` (one batch or several) in one transaction and sets each
   // one's status.

@@ -550,6 +550,53 @@ TEST(OpenStorePgTest, PostgresLocatorsOpenPgStore) {
   STORE_EXPECT_OK((*store)->LoadSaga("saga-1"));
 }
 
+// ---- Transaction ids -----------------------------------------------------------
+//
+// A call that takes a transaction id makes the server write and flush a commit
+// record. The next id to be assigned (the snapshot's xmax) shows whether one was.
+
+TEST(PgStoreTest, RepeatedSubmissionsAndReadsTakeNoTransactionId) {
+  TestDatabase db;
+  ASSERT_DB_OK(db);
+  std::unique_ptr<PgStore> store = MustOpen(db.Url());
+  ASSERT_NE(store, nullptr);
+  RawDb raw(db.Url());
+  auto next_xid = [&] {
+    return std::stoll(raw.Text("SELECT pg_snapshot_xmax(pg_current_snapshot())::text"));
+  };
+  int64_t before = next_xid();
+  Result<CreateOutcome> first = store->CreateIntent(MakeSaga("saga-1", "intent-1"));
+  STORE_ASSERT_OK(first);
+  EXPECT_TRUE(first->created);
+  EXPECT_EQ(before + 1, next_xid());  // the creation: one write transaction
+
+  before = next_xid();
+  for (int i = 0; i < 3; ++i) {
+    Result<CreateOutcome> again = store->CreateIntent(MakeSaga("saga-1b", "intent-1"));
+    STORE_ASSERT_OK(again);
+    EXPECT_FALSE(again->created);
+    EXPECT_EQ("saga-1", again->saga_id);
+  }
+  NewSaga other = MakeSaga("saga-1c", "intent-1");
+  other.fingerprint = "other";
+  EXPECT_EQ(Code::kConflict, store->CreateIntent(other).status().code());
+  STORE_EXPECT_OK(store->LoadSaga("saga-1"));
+  STORE_EXPECT_OK(store->ReadJournal("saga-1"));
+  STORE_EXPECT_OK(store->ListEffects("saga-1"));
+  STORE_EXPECT_OK(store->ListSagas(SagaFilter{}));
+  EXPECT_EQ(Code::kNotFound, store->LoadSaga("nope").status().code());
+  Result<std::vector<Lease>> none = store->ClaimSagas({"no-such-state"}, "w1", 1000, 4);
+  STORE_ASSERT_OK(none);
+  EXPECT_TRUE(none->empty());
+  EXPECT_EQ(before, next_xid());
+
+  // A commit: one transaction id, no matter how many rows.
+  before = next_xid();
+  STORE_ASSERT_OK(store->Commit(Batch("saga-1", "b1", 3)));
+  EXPECT_EQ(before + 1, next_xid());
+  EXPECT_EQ(3, CountEvents(*store, "saga-1", "b1"));
+}
+
 // ---- Several stores on one database --------------------------------------------
 
 TEST(PgStoreTest, TwoStoresRaceForOneIntentAndMakeOneSaga) {
@@ -929,8 +976,14 @@ TEST(PgStoreTest, UnknownCommitThatCommittedIsNotRepeated) {
   RawDb raw(db.Url());
   EXPECT_EQ("4", raw.Text("SELECT COUNT(*) FROM journal"));
 
-  // The same for CreateIntent: created once, reported as created.
+  // The same for CreateIntent: created once, reported as created. A repeated
+  // submission before it is answered by a read that sends no COMMIT, so the
+  // armed proxy lets it through and cuts the new intent's COMMIT.
   proxy.Arm();
+  Result<CreateOutcome> again = store->CreateIntent(MakeSaga("saga-1", "intent-1"));
+  STORE_ASSERT_OK(again);
+  EXPECT_FALSE(again->created);
+  EXPECT_EQ(1, proxy.Swallowed());
   Result<CreateOutcome> c = store->CreateIntent(MakeSaga("saga-2", "intent-2"));
   STORE_ASSERT_OK(c);
   EXPECT_TRUE(c->created);
