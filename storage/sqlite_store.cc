@@ -6,7 +6,9 @@
 #include <exception>
 #include <set>
 #include <stdexcept>
+#include <string_view>
 #include <thread>
+#include <unordered_map>
 #include <utility>
 
 #include <sqlite3.h>
@@ -18,7 +20,132 @@
 #include <SQLiteCpp/Transaction.h>
 
 namespace idem::storage {
+namespace sqlite_internal {
+
+// ---- Prepared statements ----------------------------------------------------
+//
+// Preparing a statement costs far more than running these one-row statements,
+// so each connection keeps its prepared statements, keyed by SQL text, for
+// its whole life. A cache is used only under the mutex that serialises its
+// connection (SqliteStore::mu_).
+//
+// A statement is lent out as a Stmt, which resets it and clears its bindings
+// when it goes out of scope, on every return and every throw: a SELECT left
+// mid-step would keep the connection's read transaction (in WAL mode, its
+// snapshot) open after COMMIT, hiding other connections' writes from later
+// reads, failing later writes with SQLITE_BUSY_SNAPSHOT and holding back
+// checkpoints.
+
+/// One statement lent out by a StatementCache (or prepared for one use only).
+class Stmt {
+ public:
+  // A cached statement; `*in_use` is cleared when this is destroyed.
+  Stmt(SQLite::Statement* st, bool* in_use) noexcept : st_(st), in_use_(in_use) {}
+  // A statement of its own, finalized when this is destroyed.
+  explicit Stmt(std::unique_ptr<SQLite::Statement> owned) noexcept
+      : owned_(std::move(owned)), st_(owned_.get()) {}
+  ~Stmt() {
+    st_->tryReset();  // noexcept; repeats the last step's error code, if any
+    try {
+      st_->clearBindings();  // sqlite3_clear_bindings cannot fail
+    } catch (...) {          // NOLINT(bugprone-empty-catch): never throw from a destructor
+    }
+    if (in_use_ != nullptr) *in_use_ = false;
+  }
+  Stmt(const Stmt&) = delete;
+  Stmt& operator=(const Stmt&) = delete;
+  Stmt(Stmt&&) = delete;
+  Stmt& operator=(Stmt&&) = delete;
+
+  SQLite::Statement& operator*() const { return *st_; }
+  SQLite::Statement* operator->() const { return st_; }
+
+ private:
+  std::unique_ptr<SQLite::Statement> owned_;  // only when not cached
+  SQLite::Statement* st_;
+  bool* in_use_ = nullptr;
+};
+
+class StatementCache {
+ public:
+  explicit StatementCache(SQLite::Database& db) : db_(db) {}
+
+  /// A statement for `sql`, ready to bind. `cache` false: SQL of unbounded
+  /// variety, prepared for this use only (as is a statement already lent out,
+  /// and any once the cache is full).
+  Stmt Get(std::string_view sql, bool cache = true) {
+    auto it = entries_.find(sql);
+    if (it != entries_.end() && !it->second.in_use) {
+      it->second.in_use = true;
+      return Stmt(it->second.st.get(), &it->second.in_use);
+    }
+    auto st = std::make_unique<SQLite::Statement>(db_, std::string(sql));
+    if (it != entries_.end() || !cache || entries_.size() >= kMaxStatements) {
+      return Stmt(std::move(st));
+    }
+    // The key views the statement's own copy of its SQL, which lives (on
+    // the heap, unmoved) as long as the entry.
+    const std::string_view key = st->getQuery();
+    Entry& e = entries_.emplace(key, Entry{std::move(st), true}).first->second;
+    return Stmt(e.st.get(), &e.in_use);
+  }
+
+  /// Runs a statement that returns no rows (BEGIN, COMMIT, SAVEPOINT...).
+  void Exec(std::string_view sql) {
+    Stmt st = Get(sql);
+    st->exec();
+  }
+
+ private:
+  // Far more than the store's distinct statements (some 30, plus a few
+  // variants of the IN lists of ListSagas and ClaimSagas).
+  static constexpr size_t kMaxStatements = 128;
+  struct Entry {
+    std::unique_ptr<SQLite::Statement> st;
+    bool in_use = false;
+  };
+  SQLite::Database& db_;
+  // References to elements (and so the in_use flags) survive rehashing.
+  std::unordered_map<std::string_view, Entry> entries_;
+};
+
+}  // namespace sqlite_internal
+
 namespace {
+
+using sqlite_internal::StatementCache;
+using sqlite_internal::Stmt;
+
+// A transaction on a cached connection: BEGIN at construction, ROLLBACK at
+// destruction unless committed (as SQLite::Transaction, with statements that
+// are prepared once).
+class Tx {
+ public:
+  enum class Mode { kDeferred, kImmediate };
+  Tx(StatementCache& stmts, Mode mode) : stmts_(stmts) {
+    stmts_.Exec(mode == Mode::kImmediate ? "BEGIN IMMEDIATE" : "BEGIN");
+  }
+  ~Tx() {
+    if (committed_) return;
+    try {
+      stmts_.Exec("ROLLBACK");
+    } catch (...) {  // NOLINT(bugprone-empty-catch): no transaction left to roll back
+    }
+  }
+  Tx(const Tx&) = delete;
+  Tx& operator=(const Tx&) = delete;
+  Tx(Tx&&) = delete;
+  Tx& operator=(Tx&&) = delete;
+
+  void Commit() {
+    stmts_.Exec("COMMIT");
+    committed_ = true;
+  }
+
+ private:
+  StatementCache& stmts_;
+  bool committed_ = false;
+};
 
 // ---- Schema -----------------------------------------------------------------
 //
@@ -208,10 +335,10 @@ std::string ColumnText(SQLite::Statement& st, int index) {
   return c.isNull() ? std::string() : c.getString();
 }
 
-bool SagaExists(SQLite::Database& db, const std::string& saga_id) {
-  SQLite::Statement q(db, "SELECT 1 FROM sagas WHERE saga_id = ?");
-  q.bind(1, saga_id);
-  return q.executeStep();
+bool SagaExists(StatementCache& stmts, const std::string& saga_id) {
+  Stmt q = stmts.Get("SELECT 1 FROM sagas WHERE saga_id = ?");
+  q->bind(1, saga_id);
+  return q->executeStep();
 }
 
 Status SagaNotFound(const std::string& saga_id) {
@@ -227,6 +354,11 @@ void InsertJournal(SQLite::Statement& ins, const std::string& saga_id, const Jou
   ins.bind(5, static_cast<int64_t>(e.at_ms));
   ins.exec();
 }
+
+// Statements with an IN list of one placeholder per state are cached for
+// lists up to this long (a few variants each); longer ones are prepared for
+// one use.
+constexpr size_t kMaxCachedInList = 8;
 
 constexpr const char* kInsertJournalSql =
     "INSERT INTO journal (saga_id, step_id, event, data, at_ms) VALUES (?, ?, ?, ?, ?)";
@@ -324,12 +456,16 @@ int SqliteStore::LatestSchemaVersion() { return kLatestVersion; }
 SqliteStore::SqliteStore(std::unique_ptr<SQLite::Database> db, int schema_version,
                          const SqliteOptions& options)
     : db_(std::move(db)),
+      stmts_(std::make_unique<sqlite_internal::StatementCache>(*db_)),
       schema_version_(schema_version),
       clock_(options.clock != nullptr ? options.clock : SystemClock::Get()),
       group_commit_(options.group_commit),
       max_group_batches_(options.max_group_batches) {}
 
-SqliteStore::~SqliteStore() = default;
+SqliteStore::~SqliteStore() {
+  std::lock_guard<std::mutex> lock(mu_);
+  stmts_.reset();  // every statement finalized before db_ closes
+}
 
 Result<std::unique_ptr<SqliteStore>> SqliteStore::Open(const SqliteOptions& options) {
   if (options.path.empty()) {
@@ -438,14 +574,14 @@ Result<CreateOutcome> SqliteStore::CreateIntent(const NewSaga& saga) {
   const std::string op = "CreateIntent " + Quote(saga.intent_key);
   return Guarded<Result<CreateOutcome>>(op, [&]() -> Result<CreateOutcome> {
     std::lock_guard<std::mutex> lock(mu_);
-    SQLite::Database& db = *db_;
-    SQLite::Transaction tx(db, SQLite::TransactionBehavior::IMMEDIATE);
+    StatementCache& c = *stmts_;
+    Tx tx(c, Tx::Mode::kImmediate);
     {
-      SQLite::Statement q(db, "SELECT fingerprint, saga_id FROM intents WHERE intent_key = ?");
-      q.bind(1, saga.intent_key);
-      if (q.executeStep()) {
-        std::string fingerprint = ColumnText(q, 0);
-        std::string existing = ColumnText(q, 1);
+      Stmt q = c.Get("SELECT fingerprint, saga_id FROM intents WHERE intent_key = ?");
+      q->bind(1, saga.intent_key);
+      if (q->executeStep()) {
+        std::string fingerprint = ColumnText(*q, 0);
+        std::string existing = ColumnText(*q, 1);
         if (fingerprint == saga.fingerprint) return CreateOutcome{existing, false};
         return Status::Conflict("intent key " + Quote(saga.intent_key) +
                                 " was already submitted with other content (saga " +
@@ -453,50 +589,50 @@ Result<CreateOutcome> SqliteStore::CreateIntent(const NewSaga& saga) {
       }
     }
     try {
-      SQLite::Statement ins(db,
-                            "INSERT INTO intents (intent_key, fingerprint, saga_id, created_ms) "
-                            "VALUES (?, ?, ?, ?)");
-      ins.bind(1, saga.intent_key);
-      ins.bind(2, saga.fingerprint);
-      ins.bind(3, saga.saga_id);
-      ins.bind(4, static_cast<int64_t>(saga.created_ms));
-      ins.exec();
+      Stmt ins = c.Get(
+          "INSERT INTO intents (intent_key, fingerprint, saga_id, created_ms) "
+          "VALUES (?, ?, ?, ?)");
+      ins->bind(1, saga.intent_key);
+      ins->bind(2, saga.fingerprint);
+      ins->bind(3, saga.saga_id);
+      ins->bind(4, static_cast<int64_t>(saga.created_ms));
+      ins->exec();
     } catch (const SQLite::Exception& e) {
       if (!IsConstraint(e)) throw;
       return Status::Conflict("saga id " + Quote(saga.saga_id) + " is already in use (" + e.what() +
                               ")");
     }
     {
-      SQLite::Statement ins(db,
-                            "INSERT INTO sagas (saga_id, intent_key, fingerprint, spec_name, spec,"
-                            " input, state, reason, created_ms, updated_ms) "
-                            "VALUES (?, ?, ?, ?, ?, ?, ?, '', ?, ?)");
-      ins.bind(1, saga.saga_id);
-      ins.bind(2, saga.intent_key);
-      ins.bind(3, saga.fingerprint);
-      ins.bind(4, saga.spec_name);
-      BindJson(ins, 5, saga.spec);
-      BindJson(ins, 6, saga.input);
-      ins.bind(7, saga.state);
-      ins.bind(8, static_cast<int64_t>(saga.created_ms));
-      ins.bind(9, static_cast<int64_t>(saga.created_ms));
-      ins.exec();
+      Stmt ins = c.Get(
+          "INSERT INTO sagas (saga_id, intent_key, fingerprint, spec_name, spec,"
+          " input, state, reason, created_ms, updated_ms) "
+          "VALUES (?, ?, ?, ?, ?, ?, ?, '', ?, ?)");
+      ins->bind(1, saga.saga_id);
+      ins->bind(2, saga.intent_key);
+      ins->bind(3, saga.fingerprint);
+      ins->bind(4, saga.spec_name);
+      BindJson(*ins, 5, saga.spec);
+      BindJson(*ins, 6, saga.input);
+      ins->bind(7, saga.state);
+      ins->bind(8, static_cast<int64_t>(saga.created_ms));
+      ins->bind(9, static_cast<int64_t>(saga.created_ms));
+      ins->exec();
     }
     {
-      SQLite::Statement ins(db,
-                            "INSERT INTO steps (saga_id, idx, step_id, tool, state, attempt,"
-                            " step_key, updated_ms) VALUES (?, ?, ?, ?, ?, 0, ?, ?)");
+      Stmt ins = c.Get(
+          "INSERT INTO steps (saga_id, idx, step_id, tool, state, attempt,"
+          " step_key, updated_ms) VALUES (?, ?, ?, ?, ?, 0, ?, ?)");
       for (const NewStep& step : saga.steps) {
-        ins.reset();
-        ins.bind(1, saga.saga_id);
-        ins.bind(2, step.index);
-        ins.bind(3, step.step_id);
-        ins.bind(4, step.tool);
-        ins.bind(5, step.state);
-        ins.bind(6, step.step_key);
-        ins.bind(7, static_cast<int64_t>(saga.created_ms));
+        ins->reset();
+        ins->bind(1, saga.saga_id);
+        ins->bind(2, step.index);
+        ins->bind(3, step.step_id);
+        ins->bind(4, step.tool);
+        ins->bind(5, step.state);
+        ins->bind(6, step.step_key);
+        ins->bind(7, static_cast<int64_t>(saga.created_ms));
         try {
-          ins.exec();
+          ins->exec();
         } catch (const SQLite::Exception& e) {
           if (!IsConstraint(e)) throw;
           return Status::Conflict("step key " + Quote(step.step_key) + " of step " +
@@ -505,10 +641,10 @@ Result<CreateOutcome> SqliteStore::CreateIntent(const NewSaga& saga) {
       }
     }
     {
-      SQLite::Statement ins(db, kInsertJournalSql);
-      for (const JournalEntry& e : saga.journal) InsertJournal(ins, saga.saga_id, e);
+      Stmt ins = c.Get(kInsertJournalSql);
+      for (const JournalEntry& e : saga.journal) InsertJournal(*ins, saga.saga_id, e);
     }
-    tx.commit();
+    tx.Commit();
     return CreateOutcome{saga.saga_id, true};
   });
 }
@@ -524,14 +660,14 @@ Status LeaseLost(const std::string& saga_id, int64_t epoch, int64_t fence) {
 // Writes one batch inside the caller's transaction. A non-OK status means the
 // caller must roll the batch back (some of it may have been written); SQLite
 // errors other than constraint violations are thrown.
-Status ApplyBatch(SQLite::Database& db, const WriteBatch& batch, int64_t now_ms) {
+Status ApplyBatch(StatementCache& c, const WriteBatch& batch, int64_t now_ms) {
   {
     // The IMMEDIATE transaction holds the write lock: the epoch read here
     // cannot change before COMMIT.
-    SQLite::Statement q(db, "SELECT lease_epoch FROM sagas WHERE saga_id = ?");
-    q.bind(1, batch.saga_id);
-    if (!q.executeStep()) return SagaNotFound(batch.saga_id);
-    const int64_t epoch = q.getColumn(0).getInt64();
+    Stmt q = c.Get("SELECT lease_epoch FROM sagas WHERE saga_id = ?");
+    q->bind(1, batch.saga_id);
+    if (!q->executeStep()) return SagaNotFound(batch.saga_id);
+    const int64_t epoch = q->getColumn(0).getInt64();
     if (batch.fence_epoch != 0 && epoch != batch.fence_epoch) {
       return LeaseLost(batch.saga_id, epoch, batch.fence_epoch);
     }
@@ -541,19 +677,18 @@ Status ApplyBatch(SQLite::Database& db, const WriteBatch& batch, int64_t now_ms)
     int64_t updated_ms = 0;
     for (const JournalEntry& e : batch.journal) updated_ms = std::max(updated_ms, e.at_ms);
     if (updated_ms <= 0) updated_ms = now_ms;
-    SQLite::Statement up(db,
-                         "UPDATE sagas SET state = ?, reason = ?, updated_ms = ? "
-                         "WHERE saga_id = ?");
-    up.bind(1, *batch.saga_state);
-    up.bind(2, batch.saga_reason);
-    up.bind(3, static_cast<int64_t>(updated_ms));
-    up.bind(4, batch.saga_id);
-    up.exec();
+    Stmt up = c.Get(
+        "UPDATE sagas SET state = ?, reason = ?, updated_ms = ? "
+        "WHERE saga_id = ?");
+    up->bind(1, *batch.saga_state);
+    up->bind(2, batch.saga_reason);
+    up->bind(3, static_cast<int64_t>(updated_ms));
+    up->bind(4, batch.saga_id);
+    up->exec();
   }
 
   if (!batch.steps.empty()) {
-    SQLite::Statement up(
-        db,
+    Stmt up = c.Get(
         "INSERT INTO steps (saga_id, idx, step_id, tool, state, attempt, step_key, args,"
         " args_fingerprint, result, external_ref, error, comp_attempt, comp_result, updated_ms,"
         " phase)"
@@ -566,25 +701,25 @@ Status ApplyBatch(SQLite::Database& db, const WriteBatch& batch, int64_t now_ms)
         " comp_attempt = excluded.comp_attempt, comp_result = excluded.comp_result,"
         " updated_ms = excluded.updated_ms, phase = excluded.phase");
     for (const StepRecord& s : batch.steps) {
-      up.reset();
-      up.bind(1, batch.saga_id);
-      up.bind(2, s.index);
-      up.bind(3, s.step_id);
-      up.bind(4, s.tool);
-      up.bind(5, s.state);
-      up.bind(6, s.attempt);
-      up.bind(7, s.step_key);
-      BindJson(up, 8, s.args);
-      up.bind(9, s.args_fingerprint);
-      BindJson(up, 10, s.result);
-      up.bind(11, s.external_ref);
-      up.bind(12, s.error);
-      up.bind(13, s.comp_attempt);
-      BindJson(up, 14, s.comp_result);
-      up.bind(15, static_cast<int64_t>(s.updated_ms));
-      BindJson(up, 16, s.phase);
+      up->reset();
+      up->bind(1, batch.saga_id);
+      up->bind(2, s.index);
+      up->bind(3, s.step_id);
+      up->bind(4, s.tool);
+      up->bind(5, s.state);
+      up->bind(6, s.attempt);
+      up->bind(7, s.step_key);
+      BindJson(*up, 8, s.args);
+      up->bind(9, s.args_fingerprint);
+      BindJson(*up, 10, s.result);
+      up->bind(11, s.external_ref);
+      up->bind(12, s.error);
+      up->bind(13, s.comp_attempt);
+      BindJson(*up, 14, s.comp_result);
+      up->bind(15, static_cast<int64_t>(s.updated_ms));
+      BindJson(*up, 16, s.phase);
       try {
-        up.exec();
+        up->exec();
       } catch (const SQLite::Exception& e) {
         if (!IsConstraint(e)) throw;
         return Status::Conflict("step key " + Quote(s.step_key) + " of step " + Quote(s.step_id) +
@@ -594,20 +729,20 @@ Status ApplyBatch(SQLite::Database& db, const WriteBatch& batch, int64_t now_ms)
   }
 
   if (!batch.journal.empty()) {
-    SQLite::Statement ins(db, kInsertJournalSql);
-    for (const JournalEntry& e : batch.journal) InsertJournal(ins, batch.saga_id, e);
+    Stmt ins = c.Get(kInsertJournalSql);
+    for (const JournalEntry& e : batch.journal) InsertJournal(*ins, batch.saga_id, e);
   }
 
   if (!batch.consume_token.empty()) {
-    SQLite::Statement ins(db,
-                          "INSERT INTO consumed_tokens (nonce, saga_id, step_id, at_ms)"
-                          " VALUES (?, ?, ?, ?)");
-    ins.bind(1, batch.consume_token);
-    ins.bind(2, batch.saga_id);
-    ins.bind(3, batch.consume_token_step);
-    ins.bind(4, static_cast<int64_t>(now_ms));
+    Stmt ins = c.Get(
+        "INSERT INTO consumed_tokens (nonce, saga_id, step_id, at_ms)"
+        " VALUES (?, ?, ?, ?)");
+    ins->bind(1, batch.consume_token);
+    ins->bind(2, batch.saga_id);
+    ins->bind(3, batch.consume_token_step);
+    ins->bind(4, static_cast<int64_t>(now_ms));
     try {
-      ins.exec();
+      ins->exec();
     } catch (const SQLite::Exception& e) {
       if (!IsConstraint(e)) throw;
       return Status::Conflict("commit token already used; nothing of the batch was written");
@@ -615,21 +750,21 @@ Status ApplyBatch(SQLite::Database& db, const WriteBatch& batch, int64_t now_ms)
   }
 
   if (!batch.effects.empty()) {
-    SQLite::Statement ins(db,
-                          "INSERT INTO effects (idempotency_key, saga_id, step_id, kind, tool,"
-                          " result, external_ref, at_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?)");
+    Stmt ins = c.Get(
+        "INSERT INTO effects (idempotency_key, saga_id, step_id, kind, tool,"
+        " result, external_ref, at_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?)");
     for (const EffectRecord& f : batch.effects) {
-      ins.reset();
-      ins.bind(1, f.idempotency_key);
-      ins.bind(2, batch.saga_id);
-      ins.bind(3, f.step_id);
-      ins.bind(4, f.kind);
-      ins.bind(5, f.tool);
-      BindJson(ins, 6, f.result);
-      ins.bind(7, f.external_ref);
-      ins.bind(8, static_cast<int64_t>(f.at_ms));
+      ins->reset();
+      ins->bind(1, f.idempotency_key);
+      ins->bind(2, batch.saga_id);
+      ins->bind(3, f.step_id);
+      ins->bind(4, f.kind);
+      ins->bind(5, f.tool);
+      BindJson(*ins, 6, f.result);
+      ins->bind(7, f.external_ref);
+      ins->bind(8, static_cast<int64_t>(f.at_ms));
       try {
-        ins.exec();
+        ins->exec();
       } catch (const SQLite::Exception& e) {
         if (!IsConstraint(e)) throw;
         return Status::Conflict("effect idempotency key " + Quote(f.idempotency_key) +
@@ -717,23 +852,23 @@ void SqliteStore::CommitGroup(const std::vector<PendingCommit*>& group) {
                              : "Commit of a group of " + std::to_string(group.size()) + " batches";
   auto failure = Guarded<Status>(op, [&]() -> Status {
     std::lock_guard<std::mutex> lock(mu_);
-    SQLite::Database& db = *db_;
+    StatementCache& c = *stmts_;
     const int64_t now_ms = clock_->NowMs();
     commit_transactions_.fetch_add(1);
     // Not committed means rolled back, on every return and every throw.
-    SQLite::Transaction tx(db, SQLite::TransactionBehavior::IMMEDIATE);
+    Tx tx(c, Tx::Mode::kImmediate);
     if (single) {
-      group[0]->status = ApplyBatch(db, *group[0]->batch, now_ms);
+      group[0]->status = ApplyBatch(c, *group[0]->batch, now_ms);
       if (!group[0]->status.ok()) return Status::Ok();  // rolled back; the status is set
     } else {
       for (PendingCommit* p : group) {
-        db.exec("SAVEPOINT idem_batch");
-        p->status = ApplyBatch(db, *p->batch, now_ms);
-        if (!p->status.ok()) db.exec("ROLLBACK TO idem_batch");
-        db.exec("RELEASE idem_batch");
+        c.Exec("SAVEPOINT idem_batch");
+        p->status = ApplyBatch(c, *p->batch, now_ms);
+        if (!p->status.ok()) c.Exec("ROLLBACK TO idem_batch");
+        c.Exec("RELEASE idem_batch");
       }
     }
-    tx.commit();
+    tx.Commit();
     return Status::Ok();
   });
   if (!failure.ok()) {
@@ -784,37 +919,37 @@ Result<std::vector<Lease>> SqliteStore::ClaimSagas(const std::vector<std::string
   return Guarded<Result<std::vector<Lease>>>(
       "ClaimSagas for " + Quote(owner), [&]() -> Result<std::vector<Lease>> {
         std::lock_guard<std::mutex> lock(mu_);
-        SQLite::Database& db = *db_;
-        SQLite::Transaction tx(db, SQLite::TransactionBehavior::IMMEDIATE);
+        StatementCache& c = *stmts_;
+        Tx tx(c, Tx::Mode::kImmediate);
         const int64_t now_ms = clock_->NowMs();
         std::vector<Lease> out;
         {
-          SQLite::Statement q(db, sql);
+          Stmt q = c.Get(sql, /*cache=*/states.size() <= kMaxCachedInList);
           int i = 1;
-          q.bind(i++, static_cast<int64_t>(now_ms));
-          for (const std::string& state : states) q.bind(i++, state);
-          q.bind(i, limit);
-          while (q.executeStep()) {
+          q->bind(i++, static_cast<int64_t>(now_ms));
+          for (const std::string& state : states) q->bind(i++, state);
+          q->bind(i, limit);
+          while (q->executeStep()) {
             Lease l;
-            l.saga_id = ColumnText(q, 0);
+            l.saga_id = ColumnText(*q, 0);
             l.owner = owner;
-            l.epoch = q.getColumn(1).getInt64() + 1;
+            l.epoch = q->getColumn(1).getInt64() + 1;
             l.expires_ms = now_ms + lease_ms;
             out.push_back(std::move(l));
           }
         }
-        SQLite::Statement up(db,
-                             "UPDATE sagas SET lease_owner = ?, lease_expires_ms = ?,"
-                             " lease_epoch = ? WHERE saga_id = ?");
+        Stmt up = c.Get(
+            "UPDATE sagas SET lease_owner = ?, lease_expires_ms = ?,"
+            " lease_epoch = ? WHERE saga_id = ?");
         for (const Lease& l : out) {
-          up.reset();
-          up.bind(1, owner);
-          up.bind(2, static_cast<int64_t>(l.expires_ms));
-          up.bind(3, static_cast<int64_t>(l.epoch));
-          up.bind(4, l.saga_id);
-          up.exec();
+          up->reset();
+          up->bind(1, owner);
+          up->bind(2, static_cast<int64_t>(l.expires_ms));
+          up->bind(3, static_cast<int64_t>(l.epoch));
+          up->bind(4, l.saga_id);
+          up->exec();
         }
-        tx.commit();
+        tx.Commit();
         return out;
       });
 }
@@ -829,35 +964,35 @@ Result<Lease> SqliteStore::ClaimSaga(const std::string& saga_id, const std::stri
   return Guarded<Result<Lease>>(
       "ClaimSaga " + Quote(saga_id) + " for " + Quote(owner), [&]() -> Result<Lease> {
         std::lock_guard<std::mutex> lock(mu_);
-        SQLite::Database& db = *db_;
-        SQLite::Transaction tx(db, SQLite::TransactionBehavior::IMMEDIATE);
+        StatementCache& c = *stmts_;
+        Tx tx(c, Tx::Mode::kImmediate);
         const int64_t now_ms = clock_->NowMs();
         Lease l;
         {
-          SQLite::Statement q(
-              db, "SELECT lease_owner, lease_expires_ms, lease_epoch FROM sagas WHERE saga_id = ?");
-          q.bind(1, saga_id);
-          if (!q.executeStep()) return SagaNotFound(saga_id);
-          const std::string holder = ColumnText(q, 0);
-          const int64_t expires_ms = q.getColumn(1).getInt64();
+          Stmt q = c.Get(
+              "SELECT lease_owner, lease_expires_ms, lease_epoch FROM sagas WHERE saga_id = ?");
+          q->bind(1, saga_id);
+          if (!q->executeStep()) return SagaNotFound(saga_id);
+          const std::string holder = ColumnText(*q, 0);
+          const int64_t expires_ms = q->getColumn(1).getInt64();
           if (expires_ms >= now_ms && holder != owner) {
             return Status::Aborted("saga " + Quote(saga_id) + " is leased to " + Quote(holder) +
                                    " until " + std::to_string(expires_ms));
           }
           l.saga_id = saga_id;
           l.owner = owner;
-          l.epoch = q.getColumn(2).getInt64() + 1;
+          l.epoch = q->getColumn(2).getInt64() + 1;
           l.expires_ms = now_ms + lease_ms;
         }
-        SQLite::Statement up(db,
-                             "UPDATE sagas SET lease_owner = ?, lease_expires_ms = ?,"
-                             " lease_epoch = ? WHERE saga_id = ?");
-        up.bind(1, owner);
-        up.bind(2, static_cast<int64_t>(l.expires_ms));
-        up.bind(3, static_cast<int64_t>(l.epoch));
-        up.bind(4, saga_id);
-        up.exec();
-        tx.commit();
+        Stmt up = c.Get(
+            "UPDATE sagas SET lease_owner = ?, lease_expires_ms = ?,"
+            " lease_epoch = ? WHERE saga_id = ?");
+        up->bind(1, owner);
+        up->bind(2, static_cast<int64_t>(l.expires_ms));
+        up->bind(3, static_cast<int64_t>(l.epoch));
+        up->bind(4, saga_id);
+        up->exec();
+        tx.Commit();
         return l;
       });
 }
@@ -871,22 +1006,22 @@ Status SqliteStore::UpdateLease(const char* what, const Lease& lease, int64_t le
   const std::string op = std::string(what) + " of saga " + Quote(lease.saga_id);
   return Guarded<Status>(op, [&]() -> Status {
     std::lock_guard<std::mutex> lock(mu_);
-    SQLite::Database& db = *db_;
-    SQLite::Transaction tx(db, SQLite::TransactionBehavior::IMMEDIATE);
-    SQLite::Statement up(db,
-                         "UPDATE sagas SET lease_expires_ms = ?"
-                         " WHERE saga_id = ? AND lease_owner = ? AND lease_epoch = ?");
-    up.bind(1, static_cast<int64_t>(release ? 0 : clock_->NowMs() + lease_ms));
-    up.bind(2, lease.saga_id);
-    up.bind(3, lease.owner);
-    up.bind(4, static_cast<int64_t>(lease.epoch));
-    if (up.exec() == 0) {
-      if (!SagaExists(db, lease.saga_id)) return SagaNotFound(lease.saga_id);
+    StatementCache& c = *stmts_;
+    Tx tx(c, Tx::Mode::kImmediate);
+    Stmt up = c.Get(
+        "UPDATE sagas SET lease_expires_ms = ?"
+        " WHERE saga_id = ? AND lease_owner = ? AND lease_epoch = ?");
+    up->bind(1, static_cast<int64_t>(release ? 0 : clock_->NowMs() + lease_ms));
+    up->bind(2, lease.saga_id);
+    up->bind(3, lease.owner);
+    up->bind(4, static_cast<int64_t>(lease.epoch));
+    if (up->exec() == 0) {
+      if (!SagaExists(c, lease.saga_id)) return SagaNotFound(lease.saga_id);
       return Status::Aborted("lease lost: saga " + Quote(lease.saga_id) +
                              " is no longer leased to " + Quote(lease.owner) + " at epoch " +
                              std::to_string(lease.epoch));
     }
-    tx.commit();
+    tx.Commit();
     return Status::Ok();
   });
 }
@@ -907,48 +1042,49 @@ Status SqliteStore::ReleaseLease(const Lease& lease) {
 Result<SagaRecord> SqliteStore::LoadSaga(const std::string& saga_id) {
   return Guarded<Result<SagaRecord>>("LoadSaga " + Quote(saga_id), [&]() -> Result<SagaRecord> {
     std::lock_guard<std::mutex> lock(mu_);
-    SQLite::Database& db = *db_;
-    SQLite::Transaction tx(db);
+    StatementCache& c = *stmts_;
+    Tx tx(c, Tx::Mode::kDeferred);
     SagaRecord rec;
     {
-      SQLite::Statement q(db, std::string("SELECT ") + kSagaColumns +
-                                  ", fingerprint, spec, input FROM sagas WHERE saga_id = ?");
-      q.bind(1, saga_id);
-      if (!q.executeStep()) return SagaNotFound(saga_id);
-      rec.summary = ReadSummary(q);
-      rec.fingerprint = ColumnText(q, 7);
-      rec.spec = ColumnJson(q, 8, "sagas.spec");
-      rec.input = ColumnJson(q, 9, "sagas.input");
+      static const std::string sql = std::string("SELECT ") + kSagaColumns +
+                                     ", fingerprint, spec, input FROM sagas WHERE saga_id = ?";
+      Stmt q = c.Get(sql);
+      q->bind(1, saga_id);
+      if (!q->executeStep()) return SagaNotFound(saga_id);
+      rec.summary = ReadSummary(*q);
+      rec.fingerprint = ColumnText(*q, 7);
+      rec.spec = ColumnJson(*q, 8, "sagas.spec");
+      rec.input = ColumnJson(*q, 9, "sagas.input");
     }
     {
-      SQLite::Statement q(db,
-                          "SELECT idx, step_id, tool, state, attempt, step_key, args,"
-                          " args_fingerprint, result, external_ref, error, comp_attempt,"
-                          " comp_result, updated_ms, phase FROM steps WHERE saga_id = ?"
-                          " ORDER BY idx");
-      q.bind(1, saga_id);
-      while (q.executeStep()) {
+      Stmt q = c.Get(
+          "SELECT idx, step_id, tool, state, attempt, step_key, args,"
+          " args_fingerprint, result, external_ref, error, comp_attempt,"
+          " comp_result, updated_ms, phase FROM steps WHERE saga_id = ?"
+          " ORDER BY idx");
+      q->bind(1, saga_id);
+      while (q->executeStep()) {
         StepRecord s;
         s.saga_id = saga_id;
-        s.index = q.getColumn(0).getInt();
-        s.step_id = ColumnText(q, 1);
-        s.tool = ColumnText(q, 2);
-        s.state = ColumnText(q, 3);
-        s.attempt = q.getColumn(4).getInt();
-        s.step_key = ColumnText(q, 5);
-        s.args = ColumnJson(q, 6, "steps.args");
-        s.args_fingerprint = ColumnText(q, 7);
-        s.result = ColumnJson(q, 8, "steps.result");
-        s.external_ref = ColumnText(q, 9);
-        s.error = ColumnText(q, 10);
-        s.comp_attempt = q.getColumn(11).getInt();
-        s.comp_result = ColumnJson(q, 12, "steps.comp_result");
-        s.updated_ms = q.getColumn(13).getInt64();
-        s.phase = ColumnJson(q, 14, "steps.phase");
+        s.index = q->getColumn(0).getInt();
+        s.step_id = ColumnText(*q, 1);
+        s.tool = ColumnText(*q, 2);
+        s.state = ColumnText(*q, 3);
+        s.attempt = q->getColumn(4).getInt();
+        s.step_key = ColumnText(*q, 5);
+        s.args = ColumnJson(*q, 6, "steps.args");
+        s.args_fingerprint = ColumnText(*q, 7);
+        s.result = ColumnJson(*q, 8, "steps.result");
+        s.external_ref = ColumnText(*q, 9);
+        s.error = ColumnText(*q, 10);
+        s.comp_attempt = q->getColumn(11).getInt();
+        s.comp_result = ColumnJson(*q, 12, "steps.comp_result");
+        s.updated_ms = q->getColumn(13).getInt64();
+        s.phase = ColumnJson(*q, 14, "steps.phase");
         rec.steps.push_back(std::move(s));
       }
     }
-    tx.commit();
+    tx.Commit();
     return rec;
   });
 }
@@ -970,12 +1106,12 @@ Result<std::vector<SagaSummary>> SqliteStore::ListSagas(const SagaFilter& filter
         sql += " ORDER BY created_ms DESC, saga_id ASC LIMIT ?";
 
         std::lock_guard<std::mutex> lock(mu_);
-        SQLite::Statement q(*db_, sql);
+        Stmt q = stmts_->Get(sql, /*cache=*/filter.states.size() <= kMaxCachedInList);
         int i = 1;
-        for (const std::string& state : filter.states) q.bind(i++, state);
-        q.bind(i, filter.limit);
+        for (const std::string& state : filter.states) q->bind(i++, state);
+        q->bind(i, filter.limit);
         std::vector<SagaSummary> out;
-        while (q.executeStep()) out.push_back(ReadSummary(q));
+        while (q->executeStep()) out.push_back(ReadSummary(*q));
         return out;
       });
 }
@@ -984,27 +1120,27 @@ Result<std::vector<JournalEntry>> SqliteStore::ReadJournal(const std::string& sa
   return Guarded<Result<std::vector<JournalEntry>>>(
       "ReadJournal " + Quote(saga_id), [&]() -> Result<std::vector<JournalEntry>> {
         std::lock_guard<std::mutex> lock(mu_);
-        SQLite::Database& db = *db_;
-        SQLite::Transaction tx(db);
-        if (!SagaExists(db, saga_id)) return SagaNotFound(saga_id);
+        StatementCache& c = *stmts_;
+        Tx tx(c, Tx::Mode::kDeferred);
+        if (!SagaExists(c, saga_id)) return SagaNotFound(saga_id);
         std::vector<JournalEntry> out;
         {
-          SQLite::Statement q(db,
-                              "SELECT seq, step_id, event, data, at_ms FROM journal"
-                              " WHERE saga_id = ? ORDER BY seq");
-          q.bind(1, saga_id);
-          while (q.executeStep()) {
+          Stmt q = c.Get(
+              "SELECT seq, step_id, event, data, at_ms FROM journal"
+              " WHERE saga_id = ? ORDER BY seq");
+          q->bind(1, saga_id);
+          while (q->executeStep()) {
             JournalEntry e;
-            e.seq = q.getColumn(0).getInt64();
+            e.seq = q->getColumn(0).getInt64();
             e.saga_id = saga_id;
-            e.step_id = ColumnText(q, 1);
-            e.event = ColumnText(q, 2);
-            e.data = ColumnJson(q, 3, "journal.data");
-            e.at_ms = q.getColumn(4).getInt64();
+            e.step_id = ColumnText(*q, 1);
+            e.event = ColumnText(*q, 2);
+            e.data = ColumnJson(*q, 3, "journal.data");
+            e.at_ms = q->getColumn(4).getInt64();
             out.push_back(std::move(e));
           }
         }
-        tx.commit();
+        tx.Commit();
         return out;
       });
 }
@@ -1013,31 +1149,31 @@ Result<std::vector<EffectRecord>> SqliteStore::ListEffects(const std::string& sa
   return Guarded<Result<std::vector<EffectRecord>>>(
       "ListEffects " + Quote(saga_id), [&]() -> Result<std::vector<EffectRecord>> {
         std::lock_guard<std::mutex> lock(mu_);
-        SQLite::Database& db = *db_;
-        SQLite::Transaction tx(db);
-        if (!SagaExists(db, saga_id)) return SagaNotFound(saga_id);
+        StatementCache& c = *stmts_;
+        Tx tx(c, Tx::Mode::kDeferred);
+        if (!SagaExists(c, saga_id)) return SagaNotFound(saga_id);
         std::vector<EffectRecord> out;
         {
           // Effects are never updated or deleted, so rowid order is insertion
           // (commit) order.
-          SQLite::Statement q(db,
-                              "SELECT step_id, kind, tool, idempotency_key, result, external_ref,"
-                              " at_ms FROM effects WHERE saga_id = ? ORDER BY rowid");
-          q.bind(1, saga_id);
-          while (q.executeStep()) {
+          Stmt q = c.Get(
+              "SELECT step_id, kind, tool, idempotency_key, result, external_ref,"
+              " at_ms FROM effects WHERE saga_id = ? ORDER BY rowid");
+          q->bind(1, saga_id);
+          while (q->executeStep()) {
             EffectRecord f;
             f.saga_id = saga_id;
-            f.step_id = ColumnText(q, 0);
-            f.kind = ColumnText(q, 1);
-            f.tool = ColumnText(q, 2);
-            f.idempotency_key = ColumnText(q, 3);
-            f.result = ColumnJson(q, 4, "effects.result");
-            f.external_ref = ColumnText(q, 5);
-            f.at_ms = q.getColumn(6).getInt64();
+            f.step_id = ColumnText(*q, 0);
+            f.kind = ColumnText(*q, 1);
+            f.tool = ColumnText(*q, 2);
+            f.idempotency_key = ColumnText(*q, 3);
+            f.result = ColumnJson(*q, 4, "effects.result");
+            f.external_ref = ColumnText(*q, 5);
+            f.at_ms = q->getColumn(6).getInt64();
             out.push_back(std::move(f));
           }
         }
-        tx.commit();
+        tx.Commit();
         return out;
       });
 }

@@ -33,7 +33,10 @@
 // and nothing of any of them is written.
 //
 // Thread safety: one connection guarded by a mutex; every method may be called
-// from several threads at once, and they run one at a time. Several processes
+// from several threads at once, and they run one at a time. The connection's
+// prepared statements are kept (keyed by their SQL text) and reused under that
+// mutex; each is reset, its bindings cleared, as soon as a call is done with
+// it, so that no statement keeps a read snapshot open between calls. Several processes
 // (or several SqliteStore objects) may open the same file: writes take the
 // database write lock at BEGIN (BEGIN IMMEDIATE) and wait up to
 // `busy_timeout_ms` for it, then fail with kUnavailable.
@@ -60,6 +63,10 @@ class Database;
 }  // namespace SQLite
 
 namespace idem::storage {
+
+namespace sqlite_internal {
+class StatementCache;  // sqlite_store.cc
+}  // namespace sqlite_internal
 
 struct SqliteOptions {
   /// The database file; created if absent. ":memory:" and "" are refused.
@@ -152,6 +159,9 @@ class SqliteStore : public Store {
 
   std::mutex mu_;
   std::unique_ptr<SQLite::Database> db_;  // GUARDED_BY(mu_)
+  // db_'s prepared statements; declared after db_, so finalized before it
+  // is closed.
+  std::unique_ptr<sqlite_internal::StatementCache> stmts_;  // GUARDED_BY(mu_)
   const int schema_version_;
   Clock* const clock_;
   const bool group_commit_;

@@ -554,6 +554,80 @@ TEST(SqliteStoreTest, LockedDatabaseIsUnavailable) {
   EXPECT_EQ(2u, j->size());
 }
 
+// The store keeps its prepared statements; every call must leave them reset,
+// including calls that stop at the first row of a SELECT or fail half-way.
+// A statement left mid-step would keep the connection's read snapshot open:
+// a checkpoint could not reset the WAL, and the store would neither see
+// another connection's writes nor be able to write after them.
+TEST(SqliteStoreTest, NoCallLeavesAReadSnapshotOpen) {
+  TempDir dir;
+  const std::string path = dir.File("snapshot.db");
+  SqliteOptions options;
+  options.path = path;
+  options.busy_timeout_ms = 200;
+  std::unique_ptr<SqliteStore> store = MustOpen(options);
+  ASSERT_NE(store, nullptr);
+  RawDb raw(path);
+  ASSERT_EQ("", raw.Exec("PRAGMA busy_timeout = 200"));
+
+  // Exercises every read and every way out of a write: first rows only,
+  // early returns, constraint failures, grouped batches with savepoints.
+  auto exercise = [&](int round) {
+    const std::string id = "saga-" + std::to_string(round);
+    STORE_ASSERT_OK(store->CreateIntent(MakeSaga(id, "intent-" + id)));
+    Result<CreateOutcome> again = store->CreateIntent(MakeSaga(id, "intent-" + id));
+    STORE_ASSERT_OK(again);
+    EXPECT_FALSE(again->created);
+    EXPECT_EQ(Code::kConflict,
+              store->CreateIntent(MakeSaga(id, "intent-other-" + id)).status().code());
+    STORE_ASSERT_OK(store->LoadSaga(id));
+    EXPECT_EQ(Code::kNotFound, store->LoadSaga("ghost").status().code());
+    Result<Lease> lease = store->ClaimSaga(id, "w1", 60'000);
+    STORE_ASSERT_OK(lease);
+    EXPECT_EQ(Code::kAborted, store->ClaimSaga(id, "w2", 60'000).status().code());
+    STORE_ASSERT_OK(store->ClaimSagas({"pending", "running"}, "w3", 60'000, 1));
+    WriteBatch ok;
+    ok.saga_id = id;
+    ok.fence_epoch = lease->epoch;
+    ok.saga_state = "running";
+    ok.journal = {MakeEntry(id, "", "started", 2000)};
+    ok.effects = {MakeEffect(id, "step0", id + "/k", 2000)};
+    STORE_ASSERT_OK(store->Commit(ok));
+    WriteBatch stale = ok;
+    stale.fence_epoch = lease->epoch + 1;
+    EXPECT_EQ(Code::kAborted, store->Commit(stale).code());
+    WriteBatch dup_effect;
+    dup_effect.saga_id = id;
+    dup_effect.effects = ok.effects;
+    EXPECT_EQ(Code::kConflict, store->Commit(dup_effect).code());
+    WriteBatch ghost;
+    ghost.saga_id = "ghost";
+    EXPECT_EQ(Code::kNotFound, store->Commit(ghost).code());
+    STORE_ASSERT_OK(store->RenewLease(*lease, 60'000));
+    EXPECT_EQ(Code::kAborted, store->RenewLease(Lease{id, "w2", 1, 0}, 60'000).code());
+    STORE_ASSERT_OK(store->ReadJournal(id));
+    STORE_ASSERT_OK(store->ListEffects(id));
+    STORE_ASSERT_OK(store->ListSagas(SagaFilter{{"running"}, 1}));
+    STORE_ASSERT_OK(store->ReleaseLease(*lease));
+  };
+
+  for (int round = 0; round < 2; ++round) {
+    exercise(round);
+    // Nothing of the store's reads the WAL any longer: it can be reset.
+    EXPECT_EQ("0", raw.Text("PRAGMA wal_checkpoint(TRUNCATE)")) << "round " << round;
+    // Another connection writes; the store sees it and writes after it.
+    const std::string id = "saga-" + std::to_string(round);
+    ASSERT_EQ("", raw.Exec("UPDATE sagas SET reason = 'raw' WHERE saga_id = '" + id + "'"));
+    Result<SagaRecord> rec = store->LoadSaga(id);
+    STORE_ASSERT_OK(rec);
+    EXPECT_EQ("raw", rec->summary.reason);
+    WriteBatch after;
+    after.saga_id = id;
+    after.journal = {MakeEntry(id, "", "tick", 3000)};
+    STORE_EXPECT_OK(store->Commit(after));
+  }
+}
+
 TEST(SqliteStoreTest, TwoStoresOnOneFileDoNotLoseWrites) {
   TempDir dir;
   const std::string path = dir.File("shared.db");
