@@ -773,12 +773,21 @@ Status ApplyBatch(StatementCache& c, const WriteBatch& batch, int64_t now_ms) {
     }
   }
 
+  if (batch.release_lease) {  // fenced above: the lease is this batch's to give up
+    Stmt up = c.Get("UPDATE sagas SET lease_expires_ms = 0 WHERE saga_id = ?");
+    up->bind(1, batch.saga_id);
+    up->exec();
+  }
+
   return Status::Ok();
 }
 
 // Every caller's batch validated before it joins a group.
 Status CheckBatch(const WriteBatch& batch) {
   if (batch.saga_id.empty()) return Status::InvalidArgument("Commit: saga_id is empty");
+  if (batch.release_lease && batch.fence_epoch == 0) {
+    return Status::InvalidArgument("Commit: release_lease needs the lease's fence_epoch");
+  }
   auto check_owner = [&](const std::string& id, const char* what, size_t i) -> Status {
     if (id.empty() || id == batch.saga_id) return Status::Ok();
     return Status::InvalidArgument("Commit: " + std::string(what) + "[" + std::to_string(i) +

@@ -153,6 +153,9 @@ class SqliteStore : public Store {
   // Runs `group` (one batch or several) in one transaction and sets each
   // one's status.
   void CommitGroup(const std::vector<PendingCommit*>& group);
+  // Writes `pending` through the group commit queue (or alone without
+  // group commit) and returns when its status is set.
+  void Enqueue(PendingCommit* pending);
   // Extends (`release` false: to now + lease_ms) or gives up (expiry 0) the
   // lease if it is still held: kAborted if lost, kNotFound if no such saga.
   Status UpdateLease(const char* what, const Lease& lease, int64_t lease_ms, bool release);

@@ -133,6 +133,11 @@ struct WriteBatch {
   /// epoch still equals it (the writer still holds the lease); otherwise
   /// kAborted ("lease lost") and nothing is written.
   int64_t fence_epoch = 0;
+  /// Set (with fence_epoch): the batch also gives the lease up, in the same
+  /// transaction, as ReleaseLease would after it (the epoch is kept; the
+  /// next claim bumps it). A drive's last write carries it, saving a commit.
+  /// Without fence_epoch: kInvalidArgument.
+  bool release_lease = false;
 };
 
 /// A saga claimed by a worker: it may drive the saga while its lease holds,

@@ -1146,6 +1146,44 @@ TYPED_TEST_P(StoreConformanceTest, ReleasedLeaseIsClaimableAtOnce) {
   EXPECT_EQ(1u, this->JournalSize("s"));
 }
 
+TYPED_TEST_P(StoreConformanceTest, CommitCanReleaseItsLease) {
+  ASSERT_NO_FATAL_FAILURE(CreateInState(this->store(), "s", "running", 100));
+  Result<Lease> mine = this->store().ClaimSaga("s", "w1", 60'000);
+  STORE_ASSERT_OK(mine);
+  const size_t before = this->JournalSize("s");
+
+  WriteBatch unfenced;
+  unfenced.saga_id = "s";
+  unfenced.release_lease = true;
+  unfenced.journal = {MakeEntry("s", "", "unfenced", 300)};
+  EXPECT_EQ(Code::kInvalidArgument, this->store().Commit(unfenced).code());
+  EXPECT_EQ(before, this->JournalSize("s"));
+
+  WriteBatch last;
+  last.saga_id = "s";
+  last.saga_state = "succeeded";
+  last.journal = {MakeEntry("s", "", "saga_succeeded", 400)};
+  last.fence_epoch = mine->epoch;
+  last.release_lease = true;
+  STORE_ASSERT_OK(this->store().Commit(last));
+  Result<SagaRecord> rec = this->store().LoadSaga("s");
+  STORE_ASSERT_OK(rec);
+  EXPECT_EQ("succeeded", rec->summary.state);
+  EXPECT_EQ(before + 1, this->JournalSize("s"));
+  // Released with the batch: free for another at once.
+  Result<Lease> theirs = this->store().ClaimSaga("s", "w2", 60'000);
+  STORE_ASSERT_OK(theirs);
+  EXPECT_EQ(mine->epoch + 1, theirs->epoch);
+
+  // A stale holder's releasing batch is fenced out whole: w2 keeps the lease.
+  WriteBatch stale = last;
+  stale.journal = {MakeEntry("s", "", "stale", 500)};
+  EXPECT_EQ(Code::kAborted, this->store().Commit(stale).code());
+  EXPECT_EQ(before + 1, this->JournalSize("s"));
+  Result<Lease> third = this->store().ClaimSaga("s", "w3", 60'000);
+  EXPECT_EQ(Code::kAborted, third.status().code()) << third.status().ToString();
+}
+
 TYPED_TEST_P(StoreConformanceTest, ClaimSagaById) {
   ASSERT_NO_FATAL_FAILURE(CreateInState(this->store(), "s", "succeeded", 100));  // any state
   Result<Lease> first = this->store().ClaimSaga("s", "w1", 60'000);
@@ -1235,7 +1273,7 @@ REGISTER_TYPED_TEST_SUITE_P(
     TwoPhaseDataRoundTrips, TokenNonceIsConsumedOnceAndASecondUseWritesNothing,
     ConcurrentConsumersOfOneNonceHaveOneWinner, ClaimTakesRunnableSagasOldestFirstUpToTheLimit,
     ClaimRejectsBadArguments, ExpiredLeaseIsTakenOverAndTheOldOwnerIsFenced,
-    RenewedLeaseHoldsAndMissingSagaIsNotFound, ReleasedLeaseIsClaimableAtOnce, ClaimSagaById,
-    ConcurrentClaimersNeverShareASaga);
+    RenewedLeaseHoldsAndMissingSagaIsNotFound, ReleasedLeaseIsClaimableAtOnce,
+    CommitCanReleaseItsLease, ClaimSagaById, ConcurrentClaimersNeverShareASaga);
 
 }  // namespace idem::storage::conformance
