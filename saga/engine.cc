@@ -61,6 +61,9 @@ class SagaRun {
     fence_epoch_ = epoch;
     lease_lost_ = lost;
   }
+  /// True once the drive's last write gave the lease up with it (a
+  /// terminal, parked or waiting saga state under a lease).
+  bool released() const { return released_; }
   /// The saga's previous driver may still be alive (a shared store with
   /// leases): a step it left `submitted` may have a call still in flight.
   void MarkTakenOver() { taken_over_ = true; }
@@ -92,6 +95,13 @@ class SagaRun {
     return attempt == 1 && (info.honours_keys || info.has_status);
   }
   enum class Durable { kNow, kWithNextFlush };
+  /// `unknown` changes nothing a recovery would do differently from the
+  /// `submitted` before it, where a lookup or a same-key resend settles it
+  /// (the resend's own `submitted` is flushed before it is sent).
+  static Durable UnknownDurability(Tool& tool) {
+    return tool.info().honours_keys || tool.info().has_status ? Durable::kWithNextFlush
+                                                              : Durable::kNow;
+  }
   Status CommitStep(const StepRecord& st, const std::string& event, Json data,
                     std::vector<storage::EffectRecord> effects = {},
                     Durable durable = Durable::kNow);
@@ -130,6 +140,7 @@ class SagaRun {
   bool taken_over_ = false;
   WriteBatch staged_;  // written to rec_ already, not yet to the store
   bool has_staged_ = false;
+  bool released_ = false;
 
   // Before any call to the outside world: the lease must still be ours.
   Status CheckLease() const {
@@ -165,6 +176,7 @@ void SagaRun::Stage(WriteBatch batch) {
   }
   for (JournalEntry& e : batch.journal) staged_.journal.push_back(std::move(e));
   for (storage::EffectRecord& e : batch.effects) staged_.effects.push_back(std::move(e));
+  staged_.release_lease |= batch.release_lease;
   if (!batch.consume_token.empty()) {
     // One token per batch; every batch that spends one is flushed at once.
     staged_.consume_token = std::move(batch.consume_token);
@@ -175,12 +187,14 @@ void SagaRun::Stage(WriteBatch batch) {
 
 Status SagaRun::Flush() {
   if (!has_staged_) return Status::Ok();
+  if (released_) return Status::Internal("a write after the drive gave its lease up");
   WriteBatch batch = std::move(staged_);
   staged_ = WriteBatch();
   has_staged_ = false;
   batch.saga_id = rec_.summary.saga_id;
   batch.fence_epoch = fence_epoch_;
   IDEM_RETURN_IF_ERROR(store_->Commit(batch));
+  released_ = batch.release_lease;
   if (options_.observer) {
     for (const JournalEntry& e : batch.journal) options_.observer(e);
   }
@@ -290,6 +304,7 @@ Status SagaRun::FireSaga(SagaEvent event, std::deque<SagaCommand>* queue) {
       WriteBatch b;
       b.saga_state = next;
       b.journal.push_back(Entry("", "saga_" + next, Json::object()));
+      b.release_lease = fence_epoch_ != 0;  // the drive ends here
       IDEM_RETURN_IF_ERROR(Commit(std::move(b)));
     } else if (c == SagaCommand::kRecordTerminal || c == SagaCommand::kRecordParked) {
       WriteBatch b;
@@ -299,6 +314,7 @@ Status SagaRun::FireSaga(SagaEvent event, std::deque<SagaCommand>* queue) {
       Json data = Json::object();
       if (!b.saga_reason.empty()) data["reason"] = b.saga_reason;
       b.journal.push_back(Entry("", "saga_" + next, data));
+      b.release_lease = fence_epoch_ != 0;  // the drive ends here
       IDEM_FAILPOINT("saga.before_terminal");
       IDEM_RETURN_IF_ERROR(Commit(std::move(b)));
       IDEM_FAILPOINT("saga.after_terminal");
@@ -535,7 +551,8 @@ Result<StepEnd> SagaRun::DriveStep(int index, bool rolling_back) {
       // Found after a crash: the call may have happened.
       outcome = ToolOutcome::Unknown("recovered: submitted without a recorded outcome");
       IDEM_RETURN_IF_ERROR(fire(StepEvent::kOutcomeUnknown));
-      IDEM_RETURN_IF_ERROR(CommitStep(st, "unknown", {{"reason", outcome.error}}));
+      IDEM_RETURN_IF_ERROR(
+          CommitStep(st, "unknown", {{"reason", outcome.error}}, {}, UnknownDurability(*tool)));
       IDEM_FAILPOINT("unknown.after_recorded");
       break;
     }
@@ -591,7 +608,8 @@ Result<StepEnd> SagaRun::DriveStep(int index, bool rolling_back) {
           case OutcomeKind::kUnknown:
             st.error = outcome.error;
             IDEM_RETURN_IF_ERROR(fire(StepEvent::kOutcomeUnknown));
-            IDEM_RETURN_IF_ERROR(CommitStep(st, "unknown", {{"reason", outcome.error}}));
+            IDEM_RETURN_IF_ERROR(CommitStep(st, "unknown", {{"reason", outcome.error}}, {},
+                                            UnknownDurability(*tool)));
             IDEM_FAILPOINT("unknown.after_recorded");
             break;
         }
@@ -1146,6 +1164,7 @@ Result<SagaRecord> Engine::RunLeased(const storage::Lease& lease) {
   const bool leased = lease.epoch != 0;
   std::shared_ptr<LeaseRenewer::Held> held;
   if (leased) held = renewer_->Add(lease);
+  bool released = false;  // by the drive's last write
   {
     auto rec = store_->LoadSaga(saga_id);
     if (!rec.ok()) {
@@ -1167,6 +1186,7 @@ Result<SagaRecord> Engine::RunLeased(const storage::Lease& lease) {
           run.MarkTakenOver();
         }
         Status s = run.Drive();
+        released = run.released();
         if (s.ok()) {
           out = run.record();
         } else {
@@ -1177,8 +1197,8 @@ Result<SagaRecord> Engine::RunLeased(const storage::Lease& lease) {
   }
   if (leased) {
     renewer_->Remove(held);
-    Status released = store_->ReleaseLease(lease);
-    (void)released;  // lost already, or the store is down: the lease expires on its own
+    Status gone = released ? Status::Ok() : store_->ReleaseLease(lease);
+    (void)gone;  // lost already, or the store is down: the lease expires on its own
   }
   return out;
 }

@@ -1229,16 +1229,18 @@ struct BoundaryState {
   int effects;
 };
 
-// The engine stages a first attempt's outcome when its loss costs only a
-// status lookup or a same-key resend (the flight, the hotel, the payment, and
-// every compensation): it becomes durable with the next write before a call
-// (the next `submitted`), a terminal state or the end of the drive. A crash
-// in between finds the step as it was before the call.
+// The engine stages a first attempt's outcome, and an `unknown`, when its
+// loss costs only a status lookup or a same-key resend (the flight, the
+// hotel, the payment, and every compensation): it becomes durable with the
+// next write before a call (the next `submitted`), a terminal state or the
+// end of the drive. A crash in between finds the step as it was before.
 bool OutcomeStaged(int step) { return kTrip[step].action_keys || kTrip[step].action_status; }
 constexpr bool kUndoOutcomeStaged = true;  // every compensation honours keys
 
 BoundaryState ForwardBoundary(const std::string& fp, int step) {
-  if (fp == "step.after_outcome" && OutcomeStaged(step)) return {"submitted", 1};
+  if ((fp == "step.after_outcome" || fp == "unknown.after_recorded") && OutcomeStaged(step)) {
+    return {"submitted", 1};
+  }
   if (fp == "step.before_submitted" || fp == "preview.after_call") return {"planned", 0};
   if (fp == "preview.after_journal" || fp == "approval.after_commit") {
     return {"awaiting_approval", 0};

@@ -117,6 +117,7 @@ class TransactionLog : public storage::Store {
   Status Commit(const storage::WriteBatch& batch) override {
     Status s = inner_->Commit(batch);
     if (s.ok()) {
+      last_commit_released = batch.release_lease;
       std::vector<std::string> events;
       for (const auto& e : batch.journal) events.push_back(e.step_id + ":" + e.event);
       commits.push_back(events);
@@ -145,7 +146,12 @@ class TransactionLog : public storage::Store {
   Status RenewLease(const storage::Lease& lease, int64_t lease_ms) override {
     return inner_->RenewLease(lease, lease_ms);
   }
-  Status ReleaseLease(const storage::Lease& lease) override { return inner_->ReleaseLease(lease); }
+  Status ReleaseLease(const storage::Lease& lease) override {
+    ++releases;
+    return inner_->ReleaseLease(lease);
+  }
+  int releases = 0;
+  bool last_commit_released = false;
 
  private:
   storage::Store* inner_;
@@ -292,6 +298,28 @@ TEST_F(EngineTest, OutcomesOfKeyedStepsShareTheNextSubmittedTransaction) {
                                                       {"second:succeeded", "third:submitted"},
                                                       {"third:succeeded", ":saga_succeeded"}};
   EXPECT_EQ(log.commits, want);
+}
+
+// Under a lease, the drive's last write (the terminal state) gives the lease
+// up in its own transaction: no separate release.
+TEST_F(EngineTest, LeasedDriveGivesItsLeaseUpWithItsLastWrite) {
+  TransactionLog log(store_.get());
+  EngineOptions o;
+  o.clock = &clock_;
+  o.use_leases = true;
+  o.owner = "engine-1";
+  Engine e(&log, &tools_, o);
+  auto sub = e.Submit(Spec(), {{"who", "ana"}}, "intent-1");
+  ASSERT_TRUE(sub.ok()) << sub.status().ToString();
+  auto rec = e.Run(sub->saga_id);
+  ASSERT_TRUE(rec.ok()) << rec.status().ToString();
+  EXPECT_EQ(rec->summary.state, "succeeded");
+  EXPECT_TRUE(log.last_commit_released);
+  EXPECT_EQ(log.releases, 0);
+  ASSERT_FALSE(log.commits.empty());
+  EXPECT_EQ(log.commits.back().back(), ":saga_succeeded");
+  auto other = store_->ClaimSaga(sub->saga_id, "engine-2", 60'000);
+  EXPECT_TRUE(other.ok()) << "the lease should be free: " << other.status().ToString();
 }
 
 // A tool with neither keys nor status: a lost outcome would park the saga,
