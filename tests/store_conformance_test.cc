@@ -227,12 +227,66 @@ TEST(SqliteStoreTest, MigrationsAreAppliedOnceAndRecorded) {
                                           " AND name = '") +
                               table + "'"));
   }
-  for (const char* index :
-       {"sagas_by_state", "journal_by_saga", "effects_by_saga", "sagas_by_state_lease"}) {
+  for (const char* index : {"journal_by_saga", "effects_by_saga", "sagas_by_state_lease"}) {
     EXPECT_EQ(index, raw.Text(std::string("SELECT name FROM sqlite_master WHERE type = 'index'"
                                           " AND name = '") +
                               index + "'"));
   }
+  // Version 4: no index that another covers, no AUTOINCREMENT bookkeeping.
+  EXPECT_EQ("", raw.Text("SELECT name FROM sqlite_master WHERE name = 'sagas_by_state'"));
+  EXPECT_EQ("", raw.Text("SELECT name FROM sqlite_sequence WHERE name = 'journal'"));
+  for (const char* trigger : {"journal_no_update", "journal_no_delete"}) {
+    EXPECT_EQ(trigger, raw.Text(std::string("SELECT name FROM sqlite_master WHERE type ="
+                                            " 'trigger' AND name = '") +
+                                trigger + "'"));
+  }
+}
+
+TEST(SqliteStoreTest, Version3JournalKeepsItsEntriesAndOrderThroughVersion4) {
+  TempDir dir;
+  const std::string path = dir.File("v3.db");
+  {
+    std::unique_ptr<SqliteStore> store = MustOpen(path);
+    ASSERT_NE(store, nullptr);
+    STORE_ASSERT_OK(store->CreateIntent(MakeSaga("old", "intent-old")));
+  }
+  {
+    // Back to what version 3 left: the AUTOINCREMENT journal (with entries
+    // whose seqs have gaps) and sagas_by_state.
+    RawDb raw(path);
+    ASSERT_EQ("", raw.Exec("DROP TABLE journal"));
+    ASSERT_EQ("", raw.Exec("CREATE TABLE journal (seq INTEGER PRIMARY KEY AUTOINCREMENT,"
+                           " saga_id TEXT NOT NULL REFERENCES sagas (saga_id),"
+                           " step_id TEXT NOT NULL DEFAULT '', event TEXT NOT NULL, data TEXT,"
+                           " at_ms INTEGER NOT NULL)"));
+    ASSERT_EQ("", raw.Exec("CREATE INDEX journal_by_saga ON journal (saga_id, seq)"));
+    ASSERT_EQ("", raw.Exec("INSERT INTO journal (seq, saga_id, event, at_ms) VALUES"
+                           " (5, 'old', 'first', 1), (9, 'old', 'second', 2),"
+                           " (12, 'old', 'third', 3)"));
+    ASSERT_EQ("", raw.Exec("CREATE INDEX sagas_by_state ON sagas (state)"));
+    ASSERT_EQ("", raw.Exec("DELETE FROM schema_migrations WHERE version = 4"));
+  }
+  std::unique_ptr<SqliteStore> store = MustOpen(path);
+  ASSERT_NE(store, nullptr);
+  EXPECT_EQ(4, store->SchemaVersion());
+  Result<std::vector<JournalEntry>> j = store->ReadJournal("old");
+  STORE_ASSERT_OK(j);
+  ASSERT_EQ(3u, j->size());
+  EXPECT_EQ(5, (*j)[0].seq);
+  EXPECT_EQ("first", (*j)[0].event);
+  EXPECT_EQ(12, (*j)[2].seq);
+  EXPECT_EQ("third", (*j)[2].event);
+  WriteBatch b;
+  b.saga_id = "old";
+  b.journal = {MakeEntry("old", "", "fourth", 4)};
+  STORE_ASSERT_OK(store->Commit(b));
+  j = store->ReadJournal("old");
+  STORE_ASSERT_OK(j);
+  ASSERT_EQ(4u, j->size());
+  EXPECT_GT((*j)[3].seq, 12);
+  RawDb raw(path);
+  EXPECT_EQ("", raw.Text("SELECT name FROM sqlite_master WHERE name = 'sagas_by_state'"));
+  EXPECT_NE("", raw.Exec("DELETE FROM journal"));  // still append-only
 }
 
 TEST(SqliteStoreTest, Version2DatabaseIsMigratedToLeases) {
@@ -250,11 +304,12 @@ TEST(SqliteStoreTest, Version2DatabaseIsMigratedToLeases) {
     for (const char* column : {"lease_owner", "lease_expires_ms", "lease_epoch"}) {
       ASSERT_EQ("", raw.Exec(std::string("ALTER TABLE sagas DROP COLUMN ") + column));
     }
-    ASSERT_EQ("", raw.Exec("DELETE FROM schema_migrations WHERE version = 3"));
+    ASSERT_EQ("", raw.Exec("CREATE INDEX sagas_by_state ON sagas (state)"));  // dropped by 4
+    ASSERT_EQ("", raw.Exec("DELETE FROM schema_migrations WHERE version >= 3"));
   }
   std::unique_ptr<SqliteStore> store = MustOpen(path);
   ASSERT_NE(store, nullptr);
-  EXPECT_EQ(3, store->SchemaVersion());
+  EXPECT_EQ(SqliteStore::LatestSchemaVersion(), store->SchemaVersion());
   // The saga that existed before has a free lease at epoch 0.
   Result<std::vector<Lease>> claimed = store->ClaimSagas({"pending"}, "w", 1000, 10);
   STORE_ASSERT_OK(claimed);
