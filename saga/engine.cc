@@ -1073,9 +1073,12 @@ class Engine::LeaseRenewer {
     held->lease = lease;
     held->due = std::chrono::steady_clock::now() + period_;
     std::lock_guard<std::mutex> lock(mu_);
+    // Every lease has the same period: a new one is never due before those
+    // held already, so the thread needs waking only when it held none.
+    const bool wake = held_.empty();
     held_.push_back(held);
     if (!thread_.joinable()) thread_ = std::thread([this] { Loop(); });
-    cv_.notify_all();
+    if (wake) cv_.notify_all();
     return held;
   }
 
