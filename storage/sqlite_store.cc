@@ -717,7 +717,34 @@ Status ApplyBatch(StatementCache& c, const WriteBatch& batch, int64_t now_ms) {
     up->exec();
   }
 
-  if (!batch.steps.empty()) {
+  for (const StepRecord& s : batch.steps) {
+    // The usual case: the row exists with this key. Leaving step_key (and
+    // the key columns) out of the SET spares a write to its unique index.
+    {
+      Stmt up = c.Get(
+          "UPDATE steps SET step_id = ?, tool = ?, state = ?, attempt = ?, args = ?,"
+          " args_fingerprint = ?, result = ?, external_ref = ?, error = ?, comp_attempt = ?,"
+          " comp_result = ?, updated_ms = ?, phase = ?"
+          " WHERE saga_id = ? AND idx = ? AND step_key = ?");
+      up->bind(1, s.step_id);
+      up->bind(2, s.tool);
+      up->bind(3, s.state);
+      up->bind(4, s.attempt);
+      BindJson(*up, 5, s.args);
+      up->bind(6, s.args_fingerprint);
+      BindJson(*up, 7, s.result);
+      up->bind(8, s.external_ref);
+      up->bind(9, s.error);
+      up->bind(10, s.comp_attempt);
+      BindJson(*up, 11, s.comp_result);
+      up->bind(12, static_cast<int64_t>(s.updated_ms));
+      BindJson(*up, 13, s.phase);
+      up->bind(14, batch.saga_id);
+      up->bind(15, s.index);
+      up->bind(16, s.step_key);
+      if (up->exec() == 1) continue;
+    }
+    // A new row, or a new key for it.
     Stmt up = c.Get(
         "INSERT INTO steps (saga_id, idx, step_id, tool, state, attempt, step_key, args,"
         " args_fingerprint, result, external_ref, error, comp_attempt, comp_result, updated_ms,"
@@ -730,31 +757,28 @@ Status ApplyBatch(StatementCache& c, const WriteBatch& batch, int64_t now_ms) {
         " external_ref = excluded.external_ref, error = excluded.error,"
         " comp_attempt = excluded.comp_attempt, comp_result = excluded.comp_result,"
         " updated_ms = excluded.updated_ms, phase = excluded.phase");
-    for (const StepRecord& s : batch.steps) {
-      up->reset();
-      up->bind(1, batch.saga_id);
-      up->bind(2, s.index);
-      up->bind(3, s.step_id);
-      up->bind(4, s.tool);
-      up->bind(5, s.state);
-      up->bind(6, s.attempt);
-      up->bind(7, s.step_key);
-      BindJson(*up, 8, s.args);
-      up->bind(9, s.args_fingerprint);
-      BindJson(*up, 10, s.result);
-      up->bind(11, s.external_ref);
-      up->bind(12, s.error);
-      up->bind(13, s.comp_attempt);
-      BindJson(*up, 14, s.comp_result);
-      up->bind(15, static_cast<int64_t>(s.updated_ms));
-      BindJson(*up, 16, s.phase);
-      try {
-        up->exec();
-      } catch (const SQLite::Exception& e) {
-        if (!IsConstraint(e)) throw;
-        return Status::Conflict("step key " + Quote(s.step_key) + " of step " + Quote(s.step_id) +
-                                " is used by another step (" + e.what() + ")");
-      }
+    up->bind(1, batch.saga_id);
+    up->bind(2, s.index);
+    up->bind(3, s.step_id);
+    up->bind(4, s.tool);
+    up->bind(5, s.state);
+    up->bind(6, s.attempt);
+    up->bind(7, s.step_key);
+    BindJson(*up, 8, s.args);
+    up->bind(9, s.args_fingerprint);
+    BindJson(*up, 10, s.result);
+    up->bind(11, s.external_ref);
+    up->bind(12, s.error);
+    up->bind(13, s.comp_attempt);
+    BindJson(*up, 14, s.comp_result);
+    up->bind(15, static_cast<int64_t>(s.updated_ms));
+    BindJson(*up, 16, s.phase);
+    try {
+      up->exec();
+    } catch (const SQLite::Exception& e) {
+      if (!IsConstraint(e)) throw;
+      return Status::Conflict("step key " + Quote(s.step_key) + " of step " + Quote(s.step_id) +
+                              " is used by another step (" + e.what() + ")");
     }
   }
 
