@@ -196,16 +196,26 @@ constexpr Statement kInsertJournal = {
 // the batch's first journal entry, written only if the update was: no rows
 // returned means that the saga is missing or the fence failed. The UPDATE
 // locks the saga's row as kLockSaga does.
+// $10: the batch releases its lease (expiry 0, owner and epoch kept, as
+// kReleaseLease), which the fence covers.
 constexpr Statement kUpdateSagaAndJournal = {
     "update_saga_and_journal",
-    "WITH u AS (UPDATE sagas SET state = $1, reason = $2, updated_ms = $3"
+    "WITH u AS (UPDATE sagas SET state = $1, reason = $2, updated_ms = $3,"
+    " lease_expires_ms = CASE WHEN $10::boolean THEN 0 ELSE lease_expires_ms END"
     " WHERE saga_id = $4 AND ($5::bigint = 0 OR lease_epoch = $5::bigint) RETURNING saga_id)"
     " INSERT INTO journal (saga_id, step_id, event, data, at_ms)"
     " SELECT saga_id, $6::text, $7::text, $8::text, $9::bigint FROM u RETURNING txid_current()"};
 constexpr Statement kUpdateSaga = {
     "update_saga",
-    "UPDATE sagas SET state = $1, reason = $2, updated_ms = $3"
+    "UPDATE sagas SET state = $1, reason = $2, updated_ms = $3,"
+    " lease_expires_ms = CASE WHEN $6::boolean THEN 0 ELSE lease_expires_ms END"
     " WHERE saga_id = $4 AND ($5::bigint = 0 OR lease_epoch = $5::bigint)"
+    " RETURNING txid_current()"};
+// A batch without a new state that releases its lease: the fenced release
+// locks the row as kLockSaga does. No rows: no such saga, or another epoch.
+constexpr Statement kReleaseFenced = {
+    "release_fenced",
+    "UPDATE sagas SET lease_expires_ms = 0 WHERE saga_id = $1 AND lease_epoch = $2"
     " RETURNING txid_current()"};
 constexpr Statement kUpsertStep = {
     "upsert_step",
@@ -267,25 +277,11 @@ constexpr Statement kSelectEffects = {
     " ORDER BY f.seq"};
 
 constexpr std::array kStatements = {
-    kSagaExists,
-    kLockSaga,
-    kInsertIntent,
-    kSelectIntent,
-    kInsertSaga,
-    kInsertStep,
-    kInsertJournal,
-    kUpdateSaga,
-    kUpdateSagaAndJournal,
-    kUpsertStep,
-    kUpsertStepAndJournal,
-    kConsumeToken,
-    kInsertEffect,
-    kSelectSagaWithSteps,
-    kSelectJournal,
-    kSelectEffects,
-    kRenewLease,
-    kReleaseLease,
-    kClaimSaga,
+    kSagaExists,           kLockSaga,      kInsertIntent,        kSelectIntent,
+    kInsertSaga,           kInsertStep,    kInsertJournal,       kUpdateSaga,
+    kUpdateSagaAndJournal, kReleaseFenced, kUpsertStep,          kUpsertStepAndJournal,
+    kConsumeToken,         kInsertEffect,  kSelectSagaWithSteps, kSelectJournal,
+    kSelectEffects,        kRenewLease,    kReleaseLease,        kClaimSaga,
     kLeaseHolder,
 };
 
@@ -1081,12 +1077,17 @@ Result<bool> ApplyBatch(pqxx::transaction_base& tx, const WriteBatch& batch, int
       JsonParam data(e.data);
       r = tx.exec_prepared(kUpdateSagaAndJournal.name, *batch.saga_state, batch.saga_reason,
                            updated_ms, batch.saga_id, batch.fence_epoch, e.step_id, e.event,
-                           data.Ptr(), static_cast<int64_t>(e.at_ms));
+                           data.Ptr(), static_cast<int64_t>(e.at_ms), batch.release_lease);
       journal_done = 1;
     } else {
       r = tx.exec_prepared(kUpdateSaga.name, *batch.saga_state, batch.saga_reason, updated_ms,
-                           batch.saga_id, batch.fence_epoch);
+                           batch.saga_id, batch.fence_epoch, batch.release_lease);
     }
+    if (r.empty()) return update_refused();
+    *txid = r[0][0].as<int64_t>();
+  } else if (batch.release_lease) {
+    // Fenced (Commit checked that there is an epoch) and released at once.
+    pqxx::result r = tx.exec_prepared(kReleaseFenced.name, batch.saga_id, batch.fence_epoch);
     if (r.empty()) return update_refused();
     *txid = r[0][0].as<int64_t>();
   } else {
@@ -1165,6 +1166,9 @@ struct PgStore::PendingCommit {
 
 Status PgStore::Commit(const WriteBatch& batch) {
   if (batch.saga_id.empty()) return Status::InvalidArgument("Commit: saga_id is empty");
+  if (batch.release_lease && batch.fence_epoch == 0) {
+    return Status::InvalidArgument("Commit: release_lease needs the lease's fence_epoch");
+  }
   auto check_owner = [&](const std::string& id, const char* what, size_t i) -> Status {
     if (id.empty() || id == batch.saga_id) return Status::Ok();
     return Status::InvalidArgument("Commit: " + std::string(what) + "[" + std::to_string(i) +

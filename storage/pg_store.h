@@ -43,7 +43,9 @@
 // saga; a saga whose row is locked by a commit in flight is skipped this time.
 // ClaimSagas and ClaimSaga: kInvalidArgument for no states, an empty owner,
 // lease_ms <= 0 or limit <= 0. Release keeps the owner and epoch and sets the
-// expiry to 0, so that the saga is claimable at once.
+// expiry to 0, so that the saga is claimable at once. A batch with
+// release_lease does the same in the fenced UPDATE of its saga row (no extra
+// statement), inside its savepoint under group commit.
 // Fencing: a batch with a fence_epoch locks the saga's row and commits only if
 // its lease epoch still equals it. Only the epoch decides: a lease that
 // expired but was not claimed again still lets its holder write (and renew),
