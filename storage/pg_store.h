@@ -23,6 +23,13 @@
 // that way: a repeated submission writes nothing and makes the server flush
 // nothing; only an absent key takes the INSERT ... ON CONFLICT path (which
 // still settles the race with a concurrent submitter).
+// Round trips: write transactions go through libpq's pipeline mode (libpqxx
+// 6.4 has none for bound parameters): BEGIN and a batch's statements are sent
+// together and answered in one round trip, then COMMIT (a simple query of
+// its own, sent once txid_current() is known). A Commit is two round trips
+// whatever the batch holds; a batch the fence refuses ran its statements for
+// nothing and is rolled back (or back to its savepoint) before its status is
+// read. Reads stay on libpqxx.
 // Serialization failures and deadlocks are retried (bounded), then kAborted.
 //
 // Lost connections: a connection that broke is discarded together with the
