@@ -1353,51 +1353,53 @@ Result<CreateOutcome> PgStore::CreateIntent(const NewSaga& saga) {
         // Race-free across processes: of concurrent inserts of one key (since
         // the look-up above), one wins; the others wait for it and then see
         // its committed row.
-        Pipe first(tx);
-        first.Add(kInsertIntent, saga.intent_key, saga.fingerprint, saga.saga_id,
-                  static_cast<int64_t>(saga.created_ms));
-        std::vector<Reply> ins = first.Run();
-        if (!ins[0].ok()) {
-          if (ins[0].sqlstate() == "23505") {
-            return Status::Conflict("saga id " + Quote(saga.saga_id) + " is already in use (" +
-                                    OneLine(ins[0].message()) + ")");
-          }
-          ins[0].Throw(tx.raw(), kInsertIntent.sql);
+        // One round trip: the intent and everything else. If the key turned
+        // out taken (no row back), the rest ran for nothing: rolled back, and
+        // the winner's row read.
+        Pipe p(tx);
+        p.Add(kInsertIntent, saga.intent_key, saga.fingerprint, saga.saga_id,
+              static_cast<int64_t>(saga.created_ms));
+        p.Add(kInsertSaga, saga.saga_id, saga.intent_key, saga.fingerprint, saga.spec_name,
+              saga.spec, saga.input, saga.state, static_cast<int64_t>(saga.created_ms));
+        for (const NewStep& step : saga.steps) {
+          p.Add(kInsertStep, saga.saga_id, step.index, step.step_id, step.tool, step.state,
+                step.step_key, static_cast<int64_t>(saga.created_ms));
         }
-        if (ins[0].rows() == 0) {
+        for (const JournalEntry& e : saga.journal) {
+          p.Add(kInsertJournal, saga.saga_id, e.step_id, e.event, e.data,
+                static_cast<int64_t>(e.at_ms));
+        }
+        std::vector<Reply> got = p.Run();
+        const Reply& ins = got[0];
+        if (!ins.ok()) {
+          if (ins.sqlstate() == "23505") {
+            return Status::Conflict("saga id " + Quote(saga.saga_id) + " is already in use (" +
+                                    OneLine(ins.message()) + ")");
+          }
+          ins.Throw(tx.raw(), kInsertIntent.sql);
+        }
+        if (ins.rows() == 0) {
           Pipe again(tx);
+          again.AddSql("ROLLBACK");
           again.Add(kSelectIntent, saga.intent_key);
           std::vector<Reply> q = again.Run();
+          tx.MarkEnded();
           ThrowFirstError(again, tx.raw(), q);
-          if (q[0].rows() == 0) {
+          if (q[1].rows() == 0) {
             return Status::Internal("intent key " + Quote(saga.intent_key) +
                                     " conflicted on insert but cannot be read back");
           }
-          // Another submitter's committed row: the answer whatever our COMMIT does.
-          note->nothing_written = true;
-          std::string fingerprint = q[0].text(0, 0);
-          std::string existing = q[0].text(0, 1);
+          // Another submitter's committed row: the answer, and nothing to commit.
+          std::string fingerprint = q[1].text(0, 0);
+          std::string existing = q[1].text(0, 1);
           if (fingerprint == saga.fingerprint) return CreateOutcome{existing, false};
           return Status::Conflict("intent key " + Quote(saga.intent_key) +
                                   " was already submitted with other content (saga " +
                                   Quote(existing) + ", fingerprint " + fingerprint + ")");
         }
-        note->txid = ins[0].i64(0, 0);
-        // The rest in one round trip.
-        Pipe rest(tx);
-        rest.Add(kInsertSaga, saga.saga_id, saga.intent_key, saga.fingerprint, saga.spec_name,
-                 saga.spec, saga.input, saga.state, static_cast<int64_t>(saga.created_ms));
-        for (const NewStep& step : saga.steps) {
-          rest.Add(kInsertStep, saga.saga_id, step.index, step.step_id, step.tool, step.state,
-                   step.step_key, static_cast<int64_t>(saga.created_ms));
-        }
-        for (const JournalEntry& e : saga.journal) {
-          rest.Add(kInsertJournal, saga.saga_id, e.step_id, e.event, e.data,
-                   static_cast<int64_t>(e.at_ms));
-        }
-        std::vector<Reply> got = rest.Run();
+        note->txid = ins.i64(0, 0);
         for (size_t i = 0; i < saga.steps.size(); ++i) {
-          const Reply& r = got[1 + i];
+          const Reply& r = got[2 + i];
           if (!r.ok() && r.sqlstate() == "23505") {
             const NewStep& step = saga.steps[i];
             return Status::Conflict("step key " + Quote(step.step_key) + " of step " +
@@ -1405,7 +1407,7 @@ Result<CreateOutcome> PgStore::CreateIntent(const NewSaga& saga) {
                                     OneLine(r.message()) + ")");
           }
         }
-        ThrowFirstError(rest, tx.raw(), got);
+        ThrowFirstError(p, tx.raw(), got);
         return CreateOutcome{saga.saga_id, true};
       });
 }
