@@ -294,7 +294,7 @@ constexpr std::array kReadStatements = {
     kSelectEffects,
 };
 
-// Run through libpq pipelines (see Pipe), prepared when a connection opens.
+// Run through libpq pipelines (see Pipe), prepared at a connection's first write.
 constexpr std::array kWriteStatements = {
     kSagaExists,           kLockSaga,      kSagaEpoch,
     kInsertIntent,         kSelectIntent,  kInsertSaga,
