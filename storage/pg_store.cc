@@ -5,6 +5,8 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstdlib>
+#include <cstring>
 #include <exception>
 #include <initializer_list>
 #include <mutex>
@@ -20,6 +22,8 @@
 #include <pqxx/pqxx>
 
 #include "common/clock.h"
+#include <dlfcn.h>
+#include <libpq-fe.h>
 
 namespace idem::storage {
 namespace {
@@ -196,16 +200,26 @@ constexpr Statement kInsertJournal = {
 // the batch's first journal entry, written only if the update was: no rows
 // returned means that the saga is missing or the fence failed. The UPDATE
 // locks the saga's row as kLockSaga does.
+// $10: the batch releases its lease (expiry 0, owner and epoch kept, as
+// kReleaseLease), which the fence covers.
 constexpr Statement kUpdateSagaAndJournal = {
     "update_saga_and_journal",
-    "WITH u AS (UPDATE sagas SET state = $1, reason = $2, updated_ms = $3"
+    "WITH u AS (UPDATE sagas SET state = $1, reason = $2, updated_ms = $3,"
+    " lease_expires_ms = CASE WHEN $10::boolean THEN 0 ELSE lease_expires_ms END"
     " WHERE saga_id = $4 AND ($5::bigint = 0 OR lease_epoch = $5::bigint) RETURNING saga_id)"
     " INSERT INTO journal (saga_id, step_id, event, data, at_ms)"
     " SELECT saga_id, $6::text, $7::text, $8::text, $9::bigint FROM u RETURNING txid_current()"};
 constexpr Statement kUpdateSaga = {
     "update_saga",
-    "UPDATE sagas SET state = $1, reason = $2, updated_ms = $3"
+    "UPDATE sagas SET state = $1, reason = $2, updated_ms = $3,"
+    " lease_expires_ms = CASE WHEN $6::boolean THEN 0 ELSE lease_expires_ms END"
     " WHERE saga_id = $4 AND ($5::bigint = 0 OR lease_epoch = $5::bigint)"
+    " RETURNING txid_current()"};
+// A batch without a new state that releases its lease: the fenced release
+// locks the row as kLockSaga does. No rows: no such saga, or another epoch.
+constexpr Statement kReleaseFenced = {
+    "release_fenced",
+    "UPDATE sagas SET lease_expires_ms = 0 WHERE saga_id = $1 AND lease_epoch = $2"
     " RETURNING txid_current()"};
 constexpr Statement kUpsertStep = {
     "upsert_step",
@@ -266,26 +280,28 @@ constexpr Statement kSelectEffects = {
     " f.seq FROM sagas s LEFT JOIN effects f ON f.saga_id = s.saga_id WHERE s.saga_id = $1"
     " ORDER BY f.seq"};
 
-constexpr std::array kStatements = {
-    kSagaExists,
-    kLockSaga,
-    kInsertIntent,
-    kSelectIntent,
-    kInsertSaga,
-    kInsertStep,
-    kInsertJournal,
-    kUpdateSaga,
-    kUpdateSagaAndJournal,
-    kUpsertStep,
-    kUpsertStepAndJournal,
-    kConsumeToken,
-    kInsertEffect,
+// kSelectIntent under another name, for the pqxx read path (the two sets of
+// names must not overlap: pqxx prepares its own statements lazily).
+constexpr Statement kReadIntent = {"read_intent", kSelectIntent.sql};
+// Why a fenced write was refused (read after the batch was undone).
+constexpr Statement kSagaEpoch = {"saga_epoch", "SELECT lease_epoch FROM sagas WHERE saga_id = $1"};
+
+// Run through pqxx (one statement on its own each).
+constexpr std::array kReadStatements = {
+    kReadIntent,
     kSelectSagaWithSteps,
     kSelectJournal,
     kSelectEffects,
-    kRenewLease,
-    kReleaseLease,
-    kClaimSaga,
+};
+
+// Run through libpq pipelines (see Pipe), prepared at a connection's first write.
+constexpr std::array kWriteStatements = {
+    kSagaExists,           kLockSaga,      kSagaEpoch,
+    kInsertIntent,         kSelectIntent,  kInsertSaga,
+    kInsertStep,           kInsertJournal, kUpdateSaga,
+    kUpdateSagaAndJournal, kReleaseFenced, kUpsertStep,
+    kUpsertStepAndJournal, kConsumeToken,  kInsertEffect,
+    kRenewLease,           kReleaseLease,  kClaimSaga,
     kLeaseHolder,
 };
 
@@ -370,20 +386,6 @@ Status CheckTexts(const std::string& at, std::initializer_list<TextField> fields
 
 // ---- Binding and reading ----------------------------------------------------
 
-// A JSON column's parameter: canonical text, or SQL NULL for a JSON null.
-class JsonParam {
- public:
-  explicit JsonParam(const Json& value) : is_null_(value.is_null()) {
-    if (!is_null_) text_ = CanonicalJson(value);
-  }
-  /// For exec_prepared: nullptr binds SQL NULL.
-  const char* Ptr() const { return is_null_ ? nullptr : text_.c_str(); }
-
- private:
-  bool is_null_;
-  std::string text_;
-};
-
 Json FieldJson(const pqxx::field& f, const char* column) {
   if (f.is_null()) return {};  // JSON null
   Json value = Json::parse(f.c_str(), nullptr, /*allow_exceptions=*/false);
@@ -407,10 +409,6 @@ SagaSummary ReadSummary(const pqxx::row& r) {
   return s;
 }
 
-bool SagaExists(pqxx::transaction_base& tx, const std::string& saga_id) {
-  return !tx.exec_prepared(kSagaExists.name, saga_id).empty();
-}
-
 Status SagaNotFound(const std::string& saga_id) {
   return Status::NotFound("saga " + Quote(saga_id) + " not found");
 }
@@ -424,12 +422,6 @@ Result<CreateOutcome> ExistingIntent(const NewSaga& saga, const pqxx::row& r) {
   return Status::Conflict("intent key " + Quote(saga.intent_key) +
                           " was already submitted with other content (saga " + Quote(existing) +
                           ", fingerprint " + fingerprint + ")");
-}
-
-void InsertJournal(pqxx::transaction_base& tx, const std::string& saga_id, const JournalEntry& e) {
-  JsonParam data(e.data);
-  tx.exec_prepared(kInsertJournal.name, saga_id, e.step_id, e.event, data.Ptr(),
-                   static_cast<int64_t>(e.at_ms));
 }
 
 // ---- Connection string ----------------------------------------------------------
@@ -467,6 +459,157 @@ Status TooNew(int version) {
                                     "); upgrade idem before opening it");
 }
 
+// ---- libpq pipelines ----------------------------------------------------------
+//
+// Write transactions talk to libpq directly, in pipeline mode: BEGIN and the
+// statements of a batch go out together and their replies come back in one
+// round trip (libpqxx 6.4 has no pipelines for bound parameters and sends
+// BEGIN on its own). COMMIT and ROLLBACK stay simple queries of their own.
+// libpq is libpqxx's dependency; the build links libpqxx only, so the few
+// functions are looked up in the process once.
+
+struct Libpq {
+  decltype(&PQenterPipelineMode) enter_pipeline;
+  decltype(&PQexitPipelineMode) exit_pipeline;
+  decltype(&PQpipelineSync) pipeline_sync;
+  decltype(&PQpipelineStatus) pipeline_status;
+  decltype(&PQsendQueryPrepared) send_prepared;
+  decltype(&PQsendQueryParams) send_params;
+  decltype(&PQsendPrepare) send_prepare;
+  decltype(&PQgetResult) get_result;
+  decltype(&PQresultStatus) result_status;
+  decltype(&PQresultErrorField) error_field;
+  decltype(&PQresultErrorMessage) result_error;
+  decltype(&PQcmdStatus) cmd_status;
+  decltype(&PQclear) clear;
+  decltype(&PQntuples) ntuples;
+  decltype(&PQgetvalue) getvalue;
+  decltype(&PQgetisnull) getisnull;
+  decltype(&PQstatus) status;
+  decltype(&PQtransactionStatus) transaction_status;
+  decltype(&PQerrorMessage) error_message;
+  decltype(&PQexec) exec;
+};
+
+template <typename Fn>
+void Resolve(Fn*& fn, const char* name) {
+  void* sym = dlsym(RTLD_DEFAULT, name);
+  if (sym == nullptr) throw std::runtime_error(std::string("libpq has no ") + name);
+  fn = reinterpret_cast<Fn*>(sym);
+}
+
+const Libpq& Pq() {
+  static const Libpq pq = [] {
+    Libpq p{};
+    Resolve(p.enter_pipeline, "PQenterPipelineMode");
+    Resolve(p.exit_pipeline, "PQexitPipelineMode");
+    Resolve(p.pipeline_sync, "PQpipelineSync");
+    Resolve(p.pipeline_status, "PQpipelineStatus");
+    Resolve(p.send_prepared, "PQsendQueryPrepared");
+    Resolve(p.send_params, "PQsendQueryParams");
+    Resolve(p.send_prepare, "PQsendPrepare");
+    Resolve(p.get_result, "PQgetResult");
+    Resolve(p.result_status, "PQresultStatus");
+    Resolve(p.error_field, "PQresultErrorField");
+    Resolve(p.result_error, "PQresultErrorMessage");
+    Resolve(p.cmd_status, "PQcmdStatus");
+    Resolve(p.clear, "PQclear");
+    Resolve(p.ntuples, "PQntuples");
+    Resolve(p.getvalue, "PQgetvalue");
+    Resolve(p.getisnull, "PQgetisnull");
+    Resolve(p.status, "PQstatus");
+    Resolve(p.transaction_status, "PQtransactionStatus");
+    Resolve(p.error_message, "PQerrorMessage");
+    Resolve(p.exec, "PQexec");
+    return p;
+  }();
+  return pq;
+}
+
+// The libpq handle of the connection being made on this thread (libpqxx 6.4
+// keeps its own private): captured by the connection policy below.
+thread_local PGconn* t_new_handle = nullptr;
+
+// connect_direct that notes the handle, and refuses to connect a second time:
+// a connection that broke is discarded, never silently reopened by libpqxx
+// (its statements and the handle would be gone).
+class HandleNotingConnect : public pqxx::connect_direct {
+ public:
+  explicit HandleNotingConnect(const std::string& options) : pqxx::connect_direct(options) {}
+  handle do_startconnect(handle orig) override {
+    if (orig == nullptr && connected_) {
+      throw pqxx::broken_connection("connection lost (not reopened)");
+    }
+    handle h = pqxx::connect_direct::do_startconnect(orig);
+    connected_ = true;
+    t_new_handle = h;
+    return h;
+  }
+
+ private:
+  bool connected_ = false;
+};
+
+// The connection broke: libpq's message.
+[[noreturn]] void ThrowBroken(PGconn* c, const char* what) {
+  throw pqxx::broken_connection(std::string(what) + ": " + OneLine(Pq().error_message(c)));
+}
+
+// The reply to one statement of a pipeline: its rows, or the error it raised.
+class Reply {
+ public:
+  Reply() = default;
+  explicit Reply(PGresult* r) : r_(r) {}
+  ~Reply() {
+    if (r_ != nullptr) Pq().clear(r_);
+  }
+  Reply(Reply&& o) noexcept : r_(std::exchange(o.r_, nullptr)) {}
+  Reply& operator=(Reply&& o) noexcept {
+    std::swap(r_, o.r_);
+    return *this;
+  }
+  Reply(const Reply&) = delete;
+  Reply& operator=(const Reply&) = delete;
+
+  ExecStatusType status() const { return Pq().result_status(r_); }
+  bool ok() const {
+    ExecStatusType st = Pq().result_status(r_);
+    return st == PGRES_TUPLES_OK || st == PGRES_COMMAND_OK;
+  }
+  int rows() const { return Pq().ntuples(r_); }
+  bool null(int row, int col) const { return Pq().getisnull(r_, row, col) != 0; }
+  std::string text(int row, int col) const {
+    return null(row, col) ? std::string() : std::string(Pq().getvalue(r_, row, col));
+  }
+  int64_t i64(int row, int col) const {
+    return std::strtoll(Pq().getvalue(r_, row, col), nullptr, 10);
+  }
+  std::string message() const { return Pq().result_error(r_); }
+  std::string sqlstate() const {
+    const char* st = Pq().error_field(r_, PG_DIAG_SQLSTATE);
+    return st == nullptr ? std::string() : std::string(st);
+  }
+
+  /// The error as the exception libpqxx would have thrown (what Run and
+  /// Translate know how to handle).
+  [[noreturn]] void Throw(PGconn* c, const char* query) const {
+    if (Pq().status(c) != CONNECTION_OK) ThrowBroken(c, query);
+    if (Pq().result_status(r_) == PGRES_PIPELINE_ABORTED) {
+      throw pqxx::sql_error("statement skipped after an error in its pipeline", query);
+    }
+    const std::string msg = Pq().result_error(r_);
+    const std::string st = sqlstate();
+    if (st == "23505") throw pqxx::unique_violation(msg, query, st.c_str());
+    if (st == "40001") throw pqxx::serialization_failure(msg);
+    if (st == "40P01") throw pqxx::deadlock_detected(msg);
+    if (StartsWith(st, "40")) throw pqxx::transaction_rollback(msg);
+    throw pqxx::sql_error(msg, query, st.empty() ? nullptr : st.c_str());
+  }
+
+ private:
+  PGresult* r_ = nullptr;
+};
+
 }  // namespace
 
 // ---- Connection pool --------------------------------------------------------------
@@ -474,20 +617,48 @@ Status TooNew(int version) {
 /// One server session with its prepared statements. Notices go nowhere: what
 /// matters reaches the caller as a Status.
 struct PgConnection {
-  explicit PgConnection(const std::string& conninfo) : conn(conninfo), quiet(conn) {
+  explicit PgConnection(const std::string& conninfo)
+      : conn((t_new_handle = nullptr, conninfo)), quiet(conn), raw(t_new_handle) {
+    if (raw == nullptr) throw pqxx::broken_connection("no libpq handle");
+    (void)Pq();  // libpq's functions are there
     conn.set_client_encoding("UTF8");
     // A process frozen (SIGSTOP, a long GC-like pause) inside a transaction
     // must not hold its row locks for ever: FOR UPDATE SKIP LOCKED claims
     // skip locked sagas, so the server ends such a session after a while and
     // the sagas become claimable once their leases expire.
     conn.set_variable("idle_in_transaction_session_timeout", "'10s'");
-    for (const Statement& s : kStatements) conn.prepare(s.name, s.sql);
+    for (const Statement& s : kReadStatements) conn.prepare(s.name, s.sql);
     pid = conn.backendpid();
   }
 
-  pqxx::connection conn;
+  /// Prepares the write statements (once; after the migrations made their
+  /// tables), in one round trip.
+  void PrepareWrites() {
+    if (writes_prepared) return;
+    const Libpq& pq = Pq();
+    if (pq.enter_pipeline(raw) != 1) ThrowBroken(raw, "pipeline");
+    for (const Statement& s : kWriteStatements) {
+      if (pq.send_prepare(raw, s.name, s.sql, 0, nullptr) != 1) ThrowBroken(raw, "prepare");
+    }
+    if (pq.pipeline_sync(raw) != 1) ThrowBroken(raw, "prepare");
+    for (const Statement& s : kWriteStatements) {
+      PGresult* r = pq.get_result(raw);
+      if (r == nullptr) ThrowBroken(raw, "prepare");
+      Reply reply(r);
+      while (PGresult* extra = pq.get_result(raw)) pq.clear(extra);
+      if (!reply.ok()) reply.Throw(raw, s.sql);
+    }
+    Reply sync(pq.get_result(raw));
+    if (sync.status() != PGRES_PIPELINE_SYNC) ThrowBroken(raw, "prepare");
+    if (pq.exit_pipeline(raw) != 1) ThrowBroken(raw, "prepare");
+    writes_prepared = true;
+  }
+
+  pqxx::basic_connection_base<HandleNotingConnect> conn;
   pqxx::quiet_errorhandler quiet;  // after conn: unregisters before conn closes
+  PGconn* raw;                     // conn's libpq handle
   int pid = 0;
+  bool writes_prepared = false;
 };
 
 /// A fixed-capacity pool: connections are made on demand up to `size`, kept
@@ -625,6 +796,175 @@ class Borrowed {
   bool broken_ = false;
 };
 
+/// A savepoint statement of a group failed: the group's transaction as a
+/// whole is in no state to go on.
+class GroupBroken : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+/// A write transaction on a borrowed connection, run through libpq: the
+/// first pipeline begins it; Run commits or rolls it back.
+class WriteTx {
+ public:
+  explicit WriteTx(PgConnection& c) : c_(c) {}
+  PGconn* raw() const { return c_.raw; }
+  PgConnection& conn() { return c_; }
+  bool begun() const { return begun_; }
+  void MarkBegun() { begun_ = true; }
+  /// The transaction was ended by the body (rolled back).
+  void MarkEnded() { begun_ = false; }
+
+ private:
+  PgConnection& c_;
+  bool begun_ = false;
+};
+
+/// Statements sent together and answered in one round trip. The first pipe
+/// of a WriteTx starts with its BEGIN. String arguments are borrowed (they
+/// must outlive Run); numbers and JSON are converted into the pipe.
+class Pipe {
+ public:
+  explicit Pipe(WriteTx& tx) : tx_(tx) {
+    calls_.reserve(8);
+    if (!tx_.begun()) {
+      AddSql("BEGIN");
+      begins_ = true;
+    }
+  }
+
+  /// Queues the prepared statement `s`; returns its reply's index.
+  template <typename... Args>
+  size_t Add(const Statement& s, const Args&... args) {
+    Call& c = calls_.emplace_back();
+    c.name = s.name;
+    c.sql = s.sql;
+    c.values.reserve(sizeof...(Args));
+    (Push(c, args), ...);
+    return calls_.size() - 1 - (begins_ ? 1 : 0);
+  }
+  /// Queues SQL text with bound parameters.
+  size_t AddSql(const char* sql, const std::vector<const char*>& values = {}) {
+    Call& c = calls_.emplace_back();
+    c.sql = sql;
+    c.values = values;
+    return calls_.size() - 1 - (begins_ ? 1 : 0);
+  }
+  /// Converted into the pipe: a parameter that Run may point at.
+  const char* Own(std::string value) {
+    owned_.push_back(std::move(value));
+    return owned_.back().c_str();
+  }
+
+  /// Sends what is queued and returns the replies (BEGIN's checked and left
+  /// out). After an error, the pipeline's later statements come back
+  /// skipped (PGRES_PIPELINE_ABORTED). Throws broken_connection.
+  std::vector<Reply> Run() {
+    const Libpq& pq = Pq();
+    PGconn* c = tx_.raw();
+    tx_.conn().PrepareWrites();
+    if (pq.enter_pipeline(c) != 1) ThrowBroken(c, "pipeline");
+    for (const Call& call : calls_) {
+      const int n = static_cast<int>(call.values.size());
+      const int sent =
+          call.name != nullptr
+              ? pq.send_prepared(c, call.name, n, call.values.data(), nullptr, nullptr, 0)
+              : pq.send_params(c, call.sql, n, nullptr, call.values.data(), nullptr, nullptr, 0);
+      if (sent != 1) ThrowBroken(c, call.sql);
+    }
+    if (pq.pipeline_sync(c) != 1) ThrowBroken(c, "pipeline sync");
+    if (begins_) tx_.MarkBegun();  // a failed BEGIN leaves nothing to roll back anyway
+    std::vector<Reply> out;
+    out.reserve(calls_.size());
+    for (const Call& call : calls_) {
+      PGresult* r = pq.get_result(c);
+      if (r == nullptr) ThrowBroken(c, call.sql);
+      out.emplace_back(r);
+      while (PGresult* extra = pq.get_result(c)) pq.clear(extra);
+    }
+    Reply sync(pq.get_result(c));
+    if (sync.status() != PGRES_PIPELINE_SYNC) ThrowBroken(c, "pipeline sync");
+    if (pq.exit_pipeline(c) != 1) ThrowBroken(c, "pipeline end");
+    if (begins_) {
+      if (!out[0].ok()) out[0].Throw(c, "BEGIN");
+      out.erase(out.begin());
+    }
+    return out;
+  }
+
+  /// The SQL of the reply at `index` (for messages).
+  const char* Sql(size_t index) const { return calls_[index + (begins_ ? 1 : 0)].sql; }
+
+ private:
+  struct Call {
+    const char* name = nullptr;  // prepared statement, or nullptr: sql
+    const char* sql = nullptr;
+    std::vector<const char*> values;
+  };
+
+  void Push(Call& c, const std::string& v) { c.values.push_back(v.c_str()); }
+  void Push(Call& c, const char* v) { c.values.push_back(v); }  // nullptr: SQL NULL
+  void Push(Call& c, bool v) { c.values.push_back(v ? "t" : "f"); }
+  void Push(Call& c, const Json& v) {
+    c.values.push_back(v.is_null() ? nullptr : Own(CanonicalJson(v)));
+  }
+  template <typename I, std::enable_if_t<std::is_integral_v<I>, int> = 0>
+  void Push(Call& c, I v) {
+    c.values.push_back(Own(std::to_string(v)));
+  }
+
+  WriteTx& tx_;
+  bool begins_ = false;
+  std::vector<Call> calls_;
+  std::deque<std::string> owned_;  // stable addresses
+};
+
+// Throws the first error among `replies` from `from` on (skipped statements
+// after it are not errors of their own).
+void ThrowFirstError(const Pipe& pipe, PGconn* c, const std::vector<Reply>& replies,
+                     size_t from = 0) {
+  for (size_t i = from; i < replies.size(); ++i) {
+    if (!replies[i].ok() && replies[i].status() != PGRES_PIPELINE_ABORTED) {
+      replies[i].Throw(c, pipe.Sql(i));
+    }
+  }
+  for (size_t i = from; i < replies.size(); ++i) {
+    if (!replies[i].ok()) replies[i].Throw(c, pipe.Sql(i));
+  }
+}
+
+// Ends the write transaction on `c` if one is open. False: the connection is
+// in no state to be reused.
+bool RollbackRaw(PGconn* c) {
+  const Libpq& pq = Pq();
+  if (pq.status(c) != CONNECTION_OK || pq.pipeline_status(c) != PQ_PIPELINE_OFF) return false;
+  const PGTransactionStatusType ts = pq.transaction_status(c);
+  if (ts == PQTRANS_IDLE) return true;
+  if (ts != PQTRANS_INTRANS && ts != PQTRANS_INERROR) return false;
+  Reply r(pq.exec(c, "ROLLBACK"));
+  return r.ok() && pq.transaction_status(c) == PQTRANS_IDLE;
+}
+
+// Sends COMMIT (a simple query of its own). True: committed. False: the
+// connection was lost with COMMIT in flight (the outcome is unknown). Throws
+// what the server answered instead of committing.
+bool CommitRaw(PGconn* c) {
+  const Libpq& pq = Pq();
+  PGresult* res = pq.exec(c, "COMMIT");
+  if (res == nullptr || pq.status(c) != CONNECTION_OK) {
+    if (res != nullptr) pq.clear(res);
+    return false;
+  }
+  Reply r(res);
+  if (!r.ok()) r.Throw(c, "COMMIT");
+  // A transaction in error answers COMMIT with ROLLBACK: never the case here
+  // (an error fails the body), but never report such a COMMIT as done.
+  if (std::strcmp(pq.cmd_status(res), "COMMIT") != 0) {
+    throw pqxx::sql_error(std::string("COMMIT was answered with ") + pq.cmd_status(res), "COMMIT");
+  }
+  return true;
+}
+
 enum class CommitOutcome { kCommitted, kAborted, kUnknown };
 
 void SleepMs(int ms) { std::this_thread::sleep_for(std::chrono::milliseconds(ms)); }
@@ -697,13 +1037,16 @@ struct WriteNote {
   bool nothing_written = false;
 };
 
-// Calls body(tx, note) or body(tx), whichever the body takes.
-template <typename Body>
-auto CallBody(Body& body, pqxx::transaction_base& tx, WriteNote* note) {
-  if constexpr (std::is_invocable_v<Body&, pqxx::transaction_base&, WriteNote*>) {
+// Calls body(tx, note) or body(tx), whichever the body takes; a body made
+// for another kind of transaction is never run with this one.
+template <typename T, typename Tx, typename Body>
+Result<T> CallBody(Body& body, Tx& tx, WriteNote* note) {
+  if constexpr (std::is_invocable_v<Body&, Tx&, WriteNote*>) {
     return body(tx, note);
-  } else {
+  } else if constexpr (std::is_invocable_v<Body&, Tx&>) {
     return body(tx);
+  } else {
+    return Status::Internal("PgStore: a body run with the wrong access");
   }
 }
 
@@ -739,47 +1082,53 @@ Result<T> PgStore::Run(const std::string& op, Access access, Body&& body) {
       pid = c->pid;
       try {
         if (access == Access::kWrite) {
-          pqxx::work tx(c->conn);
+          WriteTx tx(*c);
           WriteNote note;
-          Result<T> r = CallBody(body, tx, &note);
-          if (!r.ok()) return r;
+          Result<T> r = CallBody<T>(body, tx, &note);
+          if (!r.ok()) {
+            if (!RollbackRaw(c->raw)) c.MarkBroken();
+            return r;
+          }
+          if (!tx.begun()) return r;  // the body wrote nothing (and began nothing)
           if (note.txid != 0) {
             txid = note.txid;
           } else if (!note.nothing_written) {
-            txid = tx.exec1("SELECT txid_current()")[0].as<int64_t>();
+            Pipe p(tx);
+            p.AddSql("SELECT txid_current()");
+            std::vector<Reply> got = p.Run();
+            ThrowFirstError(p, c->raw, got);
+            txid = got[0].i64(0, 0);
           }
           if (options_.before_commit_hook) options_.before_commit_hook(pid);
-          try {
-            tx.commit();
+          // With the connection still up, a refused COMMIT throws: not
+          // committed, handled below like any error. Without it, nobody knows.
+          if (CommitRaw(c->raw)) return r;
+          if (note.nothing_written && note.txid == 0) {
+            // Committed or not, the result stands.
+            c.MarkBroken();
             return r;
-          } catch (const std::exception& e) {
-            // With the connection still up the server said no: not committed,
-            // handled below like any error. Without it, nobody knows.
-            if (c->conn.is_open() && dynamic_cast<const pqxx::in_doubt_error*>(&e) == nullptr) {
-              throw;
-            }
-            if (note.nothing_written && note.txid == 0) {
-              // Committed or not, the result stands.
-              c.MarkBroken();
-              return r;
-            }
-            failure = Status::Unavailable(op + ": connection to PostgreSQL at " + pool_->Where() +
-                                          " lost while COMMIT was in flight");
-            pending.emplace(std::move(r));
-            next = Next::kResolve;
           }
+          failure = Status::Unavailable(op + ": connection to PostgreSQL at " + pool_->Where() +
+                                        " lost while COMMIT was in flight");
+          pending.emplace(std::move(r));
+          next = Next::kResolve;
         } else if (access == Access::kOneStatement) {
           pqxx::nontransaction tx(c->conn);
-          return CallBody(body, tx, nullptr);
+          return CallBody<T>(body, tx, nullptr);
         } else {
           pqxx::transaction<pqxx::repeatable_read, pqxx::read_only> tx(c->conn);
-          Result<T> r = CallBody(body, tx, nullptr);
+          Result<T> r = CallBody<T>(body, tx, nullptr);
           if (!r.ok()) return r;
           tx.commit();
           return r;
         }
       } catch (const std::exception& e) {
-        if (!c->conn.is_open() || IsConnectionError(e)) {
+        const bool lost =
+            !c->conn.is_open() || Pq().status(c->raw) != CONNECTION_OK || IsConnectionError(e);
+        // A write transaction the error left open is rolled back here (the
+        // connection goes back to the pool clean, or not at all).
+        if (!lost && access == Access::kWrite && !RollbackRaw(c->raw)) c.MarkBroken();
+        if (lost) {
           next = Next::kRetryBroken;
           failure = Status::Unavailable(op + ": connection to PostgreSQL at " + pool_->Where() +
                                         " lost: " + OneLine(e.what()) + "; retry later");
@@ -851,7 +1200,7 @@ namespace {
 // Applies pending migrations, each in its own transaction holding the
 // migration lock and re-reading the version, so that concurrent openers apply
 // each script exactly once. Returns the resulting version.
-Result<int> Migrate(pqxx::connection& conn) {
+Result<int> Migrate(pqxx::connection_base& conn) {
   for (;;) {
     pqxx::work tx(conn);
     tx.exec_params("SELECT pg_advisory_xact_lock($1)", kMigrationLockKey);
@@ -990,7 +1339,7 @@ Result<CreateOutcome> PgStore::CreateIntent(const NewSaga& saga) {
   Result<std::optional<CreateOutcome>> found = Run<std::optional<CreateOutcome>>(
       op, Access::kOneStatement,
       [&](pqxx::transaction_base& tx) -> Result<std::optional<CreateOutcome>> {
-        pqxx::result q = tx.exec_prepared(kSelectIntent.name, saga.intent_key);
+        pqxx::result q = tx.exec_prepared(kReadIntent.name, saga.intent_key);
         if (q.empty()) return std::optional<CreateOutcome>();
         Result<CreateOutcome> existing = ExistingIntent(saga, q[0]);
         if (!existing.ok()) return existing.status();
@@ -1000,46 +1349,65 @@ Result<CreateOutcome> PgStore::CreateIntent(const NewSaga& saga) {
   if (found->has_value()) return std::move(**found);
 
   return Run<CreateOutcome>(
-      op, Access::kWrite,
-      [&](pqxx::transaction_base& tx, WriteNote* note) -> Result<CreateOutcome> {
-        const JsonParam spec(saga.spec);
-        const JsonParam input(saga.input);
+      op, Access::kWrite, [&](WriteTx& tx, WriteNote* note) -> Result<CreateOutcome> {
         // Race-free across processes: of concurrent inserts of one key (since
         // the look-up above), one wins; the others wait for it and then see
         // its committed row.
-        pqxx::result ins;
-        try {
-          ins = tx.exec_prepared(kInsertIntent.name, saga.intent_key, saga.fingerprint,
-                                 saga.saga_id, static_cast<int64_t>(saga.created_ms));
-        } catch (const pqxx::unique_violation& e) {
-          return Status::Conflict("saga id " + Quote(saga.saga_id) + " is already in use (" +
-                                  OneLine(e.what()) + ")");
+        // One round trip: the intent and everything else. If the key turned
+        // out taken (no row back), the rest ran for nothing: rolled back, and
+        // the winner's row read.
+        Pipe p(tx);
+        p.Add(kInsertIntent, saga.intent_key, saga.fingerprint, saga.saga_id,
+              static_cast<int64_t>(saga.created_ms));
+        p.Add(kInsertSaga, saga.saga_id, saga.intent_key, saga.fingerprint, saga.spec_name,
+              saga.spec, saga.input, saga.state, static_cast<int64_t>(saga.created_ms));
+        for (const NewStep& step : saga.steps) {
+          p.Add(kInsertStep, saga.saga_id, step.index, step.step_id, step.tool, step.state,
+                step.step_key, static_cast<int64_t>(saga.created_ms));
         }
-        if (ins.empty()) {
-          pqxx::result q = tx.exec_prepared(kSelectIntent.name, saga.intent_key);
-          if (q.empty()) {
+        for (const JournalEntry& e : saga.journal) {
+          p.Add(kInsertJournal, saga.saga_id, e.step_id, e.event, e.data,
+                static_cast<int64_t>(e.at_ms));
+        }
+        std::vector<Reply> got = p.Run();
+        const Reply& ins = got[0];
+        if (!ins.ok()) {
+          if (ins.sqlstate() == "23505") {
+            return Status::Conflict("saga id " + Quote(saga.saga_id) + " is already in use (" +
+                                    OneLine(ins.message()) + ")");
+          }
+          ins.Throw(tx.raw(), kInsertIntent.sql);
+        }
+        if (ins.rows() == 0) {
+          Pipe again(tx);
+          again.AddSql("ROLLBACK");
+          again.Add(kSelectIntent, saga.intent_key);
+          std::vector<Reply> q = again.Run();
+          tx.MarkEnded();
+          ThrowFirstError(again, tx.raw(), q);
+          if (q[1].rows() == 0) {
             return Status::Internal("intent key " + Quote(saga.intent_key) +
                                     " conflicted on insert but cannot be read back");
           }
-          // Another submitter's committed row: the answer whatever our COMMIT does.
-          note->nothing_written = true;
-          return ExistingIntent(saga, q[0]);
+          // Another submitter's committed row: the answer, and nothing to commit.
+          std::string fingerprint = q[1].text(0, 0);
+          std::string existing = q[1].text(0, 1);
+          if (fingerprint == saga.fingerprint) return CreateOutcome{existing, false};
+          return Status::Conflict("intent key " + Quote(saga.intent_key) +
+                                  " was already submitted with other content (saga " +
+                                  Quote(existing) + ", fingerprint " + fingerprint + ")");
         }
-        note->txid = ins[0][0].as<int64_t>();
-        tx.exec_prepared(kInsertSaga.name, saga.saga_id, saga.intent_key, saga.fingerprint,
-                         saga.spec_name, spec.Ptr(), input.Ptr(), saga.state,
-                         static_cast<int64_t>(saga.created_ms));
-        for (const NewStep& step : saga.steps) {
-          try {
-            tx.exec_prepared(kInsertStep.name, saga.saga_id, step.index, step.step_id, step.tool,
-                             step.state, step.step_key, static_cast<int64_t>(saga.created_ms));
-          } catch (const pqxx::unique_violation& e) {
+        note->txid = ins.i64(0, 0);
+        for (size_t i = 0; i < saga.steps.size(); ++i) {
+          const Reply& r = got[2 + i];
+          if (!r.ok() && r.sqlstate() == "23505") {
+            const NewStep& step = saga.steps[i];
             return Status::Conflict("step key " + Quote(step.step_key) + " of step " +
                                     Quote(step.step_id) + " is already in use (" +
-                                    OneLine(e.what()) + ")");
+                                    OneLine(r.message()) + ")");
           }
         }
-        for (const JournalEntry& e : saga.journal) InsertJournal(tx, saga.saga_id, e);
+        ThrowFirstError(p, tx.raw(), got);
         return CreateOutcome{saga.saga_id, true};
       });
 }
@@ -1048,100 +1416,136 @@ namespace {
 
 // Writes one batch inside `tx` and sets *txid to txid_current(). A non-OK
 // result means the caller must roll the batch back (some of it may have been
-// written).
+// written), unless *undone says that it was.
 //
-// Round trips: the first statement locks the saga's row and checks the fence
-// (with the saga's new state and first journal entry, if it has a state), the
-// first step carries the first journal entry otherwise; every further row is
-// one statement.
-Result<bool> ApplyBatch(pqxx::transaction_base& tx, const WriteBatch& batch, int64_t updated_ms,
-                        int64_t consumed_ms, int64_t* txid) {
-  auto fence_failed = [&](int64_t epoch) {
-    return Status::Aborted("lease lost: saga " + Quote(batch.saga_id) + " is at lease epoch " +
-                           std::to_string(epoch) + ", the batch is fenced on epoch " +
-                           std::to_string(batch.fence_epoch) +
-                           "; nothing of the batch was written");
-  };
-  // Why the fenced UPDATE changed nothing: no such saga, or another epoch.
-  auto update_refused = [&]() -> Status {
-    pqxx::result locked = tx.exec_prepared(kLockSaga.name, batch.saga_id);
-    if (locked.empty()) return SagaNotFound(batch.saga_id);
-    return fence_failed(locked[0][0].as<int64_t>());
-  };
+// One round trip: every statement of the batch goes out in one pipeline (after
+// `prefix`: the group's savepoint statements). The first statement locks the
+// saga's row and checks the fence (with the saga's new state and first
+// journal entry, if it has a state); the first step carries the first journal
+// entry otherwise. If the fence or the saga's row refused the batch, the rest
+// ran for nothing: the batch is undone (`undo`: ROLLBACK, or back to the
+// group's savepoint) and the saga's epoch read, for the status.
+Result<bool> ApplyBatch(WriteTx& tx, const WriteBatch& batch, int64_t updated_ms,
+                        int64_t consumed_ms, int64_t* txid, const std::vector<const char*>& prefix,
+                        const std::vector<const char*>& undo, bool* undone) {
+  *undone = false;
+  Pipe p(tx);
+  for (const char* sql : prefix) p.AddSql(sql);
+  const size_t first = prefix.size();
   // The saga's row lock serialises commits to one saga, as SQLite's write
   // lock does: its journal seq order is its commit order. It also pins the
   // lease epoch until COMMIT: a claim (which bumps it) waits for us or skips
   // the row. The fenced UPDATE takes the same lock (and rechecks the epoch on
   // the row's latest version after waiting for it).
+  enum class Kind { kStep, kJournal, kToken, kEffect };
   size_t journal_done = 0;
+  bool locked_by_select = false;
   if (batch.saga_state.has_value()) {
-    pqxx::result r;
     if (!batch.journal.empty()) {
       const JournalEntry& e = batch.journal[0];
-      JsonParam data(e.data);
-      r = tx.exec_prepared(kUpdateSagaAndJournal.name, *batch.saga_state, batch.saga_reason,
-                           updated_ms, batch.saga_id, batch.fence_epoch, e.step_id, e.event,
-                           data.Ptr(), static_cast<int64_t>(e.at_ms));
+      p.Add(kUpdateSagaAndJournal, *batch.saga_state, batch.saga_reason, updated_ms, batch.saga_id,
+            batch.fence_epoch, e.step_id, e.event, e.data, static_cast<int64_t>(e.at_ms),
+            batch.release_lease);
       journal_done = 1;
     } else {
-      r = tx.exec_prepared(kUpdateSaga.name, *batch.saga_state, batch.saga_reason, updated_ms,
-                           batch.saga_id, batch.fence_epoch);
+      p.Add(kUpdateSaga, *batch.saga_state, batch.saga_reason, updated_ms, batch.saga_id,
+            batch.fence_epoch, batch.release_lease);
     }
-    if (r.empty()) return update_refused();
-    *txid = r[0][0].as<int64_t>();
+  } else if (batch.release_lease) {
+    // Fenced (Commit checked that there is an epoch) and released at once.
+    p.Add(kReleaseFenced, batch.saga_id, batch.fence_epoch);
   } else {
-    pqxx::result locked = tx.exec_prepared(kLockSaga.name, batch.saga_id);
-    if (locked.empty()) return SagaNotFound(batch.saga_id);
-    const auto epoch = locked[0][0].as<int64_t>();
-    if (batch.fence_epoch != 0 && epoch != batch.fence_epoch) return fence_failed(epoch);
-    *txid = locked[0][1].as<int64_t>();
+    p.Add(kLockSaga, batch.saga_id);
+    locked_by_select = true;
   }
-  for (const StepRecord& s : batch.steps) {
-    JsonParam args(s.args);
-    JsonParam result(s.result);
-    JsonParam comp_result(s.comp_result);
-    JsonParam phase(s.phase);
-    try {
-      if (journal_done < batch.journal.size()) {
-        const JournalEntry& e = batch.journal[journal_done];
-        JsonParam data(e.data);
-        tx.exec_prepared(kUpsertStepAndJournal.name, batch.saga_id, s.index, s.step_id, s.tool,
-                         s.state, s.attempt, s.step_key, args.Ptr(), s.args_fingerprint,
-                         result.Ptr(), s.external_ref, s.error, s.comp_attempt, comp_result.Ptr(),
-                         static_cast<int64_t>(s.updated_ms), phase.Ptr(), e.step_id, e.event,
-                         data.Ptr(), static_cast<int64_t>(e.at_ms));
-        ++journal_done;
-      } else {
-        tx.exec_prepared(kUpsertStep.name, batch.saga_id, s.index, s.step_id, s.tool, s.state,
-                         s.attempt, s.step_key, args.Ptr(), s.args_fingerprint, result.Ptr(),
-                         s.external_ref, s.error, s.comp_attempt, comp_result.Ptr(),
-                         static_cast<int64_t>(s.updated_ms), phase.Ptr());
-      }
-    } catch (const pqxx::unique_violation& e) {
-      return Status::Conflict("step key " + Quote(s.step_key) + " of step " + Quote(s.step_id) +
-                              " is used by another step (" + OneLine(e.what()) + ")");
+  std::vector<std::pair<Kind, size_t>> kinds;  // of the statements after the first
+  for (size_t k = 0; k < batch.steps.size(); ++k) {
+    const StepRecord& s = batch.steps[k];
+    if (journal_done < batch.journal.size()) {
+      const JournalEntry& e = batch.journal[journal_done];
+      p.Add(kUpsertStepAndJournal, batch.saga_id, s.index, s.step_id, s.tool, s.state, s.attempt,
+            s.step_key, s.args, s.args_fingerprint, s.result, s.external_ref, s.error,
+            s.comp_attempt, s.comp_result, static_cast<int64_t>(s.updated_ms), s.phase, e.step_id,
+            e.event, e.data, static_cast<int64_t>(e.at_ms));
+      ++journal_done;
+    } else {
+      p.Add(kUpsertStep, batch.saga_id, s.index, s.step_id, s.tool, s.state, s.attempt, s.step_key,
+            s.args, s.args_fingerprint, s.result, s.external_ref, s.error, s.comp_attempt,
+            s.comp_result, static_cast<int64_t>(s.updated_ms), s.phase);
     }
+    kinds.emplace_back(Kind::kStep, k);
   }
-  for (size_t i = journal_done; i < batch.journal.size(); ++i) {
-    InsertJournal(tx, batch.saga_id, batch.journal[i]);
+  for (size_t k = journal_done; k < batch.journal.size(); ++k) {
+    const JournalEntry& e = batch.journal[k];
+    p.Add(kInsertJournal, batch.saga_id, e.step_id, e.event, e.data, static_cast<int64_t>(e.at_ms));
+    kinds.emplace_back(Kind::kJournal, k);
   }
   if (!batch.consume_token.empty()) {
-    try {
-      tx.exec_prepared(kConsumeToken.name, batch.consume_token, batch.saga_id,
-                       batch.consume_token_step, consumed_ms);
-    } catch (const pqxx::unique_violation&) {
-      return Status::Conflict("commit token already used; nothing of the batch was written");
-    }
+    p.Add(kConsumeToken, batch.consume_token, batch.saga_id, batch.consume_token_step, consumed_ms);
+    kinds.emplace_back(Kind::kToken, 0);
   }
-  for (const EffectRecord& f : batch.effects) {
-    JsonParam result(f.result);
-    try {
-      tx.exec_prepared(kInsertEffect.name, f.idempotency_key, batch.saga_id, f.step_id, f.kind,
-                       f.tool, result.Ptr(), f.external_ref, static_cast<int64_t>(f.at_ms));
-    } catch (const pqxx::unique_violation&) {
-      return Status::Conflict("effect idempotency key " + Quote(f.idempotency_key) +
-                              " is already recorded; nothing of the batch was written");
+  for (size_t k = 0; k < batch.effects.size(); ++k) {
+    const EffectRecord& f = batch.effects[k];
+    p.Add(kInsertEffect, f.idempotency_key, batch.saga_id, f.step_id, f.kind, f.tool, f.result,
+          f.external_ref, static_cast<int64_t>(f.at_ms));
+    kinds.emplace_back(Kind::kEffect, k);
+  }
+
+  std::vector<Reply> got = p.Run();
+  for (size_t k = 0; k < first; ++k) {
+    if (got[k].ok()) continue;
+    if (Pq().status(tx.raw()) != CONNECTION_OK) ThrowBroken(tx.raw(), p.Sql(k));
+    if (got[k].sqlstate().rfind("40", 0) == 0) got[k].Throw(tx.raw(), p.Sql(k));
+    throw GroupBroken(std::string(p.Sql(k)) + " failed: " + OneLine(got[k].message()));
+  }
+  const Reply& head = got[first];
+  if (!head.ok()) head.Throw(tx.raw(), p.Sql(first));
+  bool refused = head.rows() == 0;
+  int64_t epoch = -1;  // known from the head: a SELECT ... FOR UPDATE
+  if (!refused && locked_by_select) {
+    epoch = head.i64(0, 0);
+    refused = batch.fence_epoch != 0 && epoch != batch.fence_epoch;
+  }
+  if (refused) {
+    // The rest ran for nothing: undone, then why is looked up.
+    Pipe u(tx);
+    for (const char* sql : undo) u.AddSql(sql);
+    const size_t look = epoch >= 0 ? 0 : u.Add(kSagaEpoch, batch.saga_id);
+    std::vector<Reply> why = u.Run();
+    *undone = true;
+    ThrowFirstError(u, tx.raw(), why);
+    if (epoch < 0) {
+      if (why[look].rows() == 0) return SagaNotFound(batch.saga_id);
+      epoch = why[look].i64(0, 0);
     }
+    return Status::Aborted("lease lost: saga " + Quote(batch.saga_id) + " is at lease epoch " +
+                           std::to_string(epoch) + ", the batch is fenced on epoch " +
+                           std::to_string(batch.fence_epoch) +
+                           "; nothing of the batch was written");
+  }
+  *txid = head.i64(0, locked_by_select ? 1 : 0);
+  // The first error of the rest is the batch's (the statements after it were
+  // skipped).
+  for (size_t k = first + 1; k < got.size(); ++k) {
+    const Reply& r = got[k];
+    if (r.ok()) continue;
+    const auto [kind, at] = kinds[k - first - 1];
+    if (r.sqlstate() == "23505") {
+      if (kind == Kind::kStep) {
+        const StepRecord& s = batch.steps[at];
+        return Status::Conflict("step key " + Quote(s.step_key) + " of step " + Quote(s.step_id) +
+                                " is used by another step (" + OneLine(r.message()) + ")");
+      }
+      if (kind == Kind::kToken) {
+        return Status::Conflict("commit token already used; nothing of the batch was written");
+      }
+      if (kind == Kind::kEffect) {
+        return Status::Conflict("effect idempotency key " +
+                                Quote(batch.effects[at].idempotency_key) +
+                                " is already recorded; nothing of the batch was written");
+      }
+    }
+    r.Throw(tx.raw(), p.Sql(k));
   }
   return true;
 }
@@ -1165,6 +1569,9 @@ struct PgStore::PendingCommit {
 
 Status PgStore::Commit(const WriteBatch& batch) {
   if (batch.saga_id.empty()) return Status::InvalidArgument("Commit: saga_id is empty");
+  if (batch.release_lease && batch.fence_epoch == 0) {
+    return Status::InvalidArgument("Commit: release_lease needs the lease's fence_epoch");
+  }
   auto check_owner = [&](const std::string& id, const char* what, size_t i) -> Status {
     if (id.empty() || id == batch.saga_id) return Status::Ok();
     return Status::InvalidArgument("Commit: " + std::string(what) + "[" + std::to_string(i) +
@@ -1265,10 +1672,16 @@ void PgStore::CommitGroup(std::vector<PendingCommit*> group) {
     // The plain transaction: no savepoint needed.
     PendingCommit& p = *group[0];
     const std::string op = "Commit to saga " + Quote(p.batch->saga_id);
-    Result<bool> done = Run<bool>(
-        op, Access::kWrite, [&](pqxx::transaction_base& tx, WriteNote* note) -> Result<bool> {
+    static const std::vector<const char*> kNoPrefix;
+    static const std::vector<const char*> kRollback = {"ROLLBACK"};
+    Result<bool> done =
+        Run<bool>(op, Access::kWrite, [&](WriteTx& tx, WriteNote* note) -> Result<bool> {
           counters.commit_transactions.fetch_add(1);
-          return ApplyBatch(tx, *p.batch, p.updated_ms, p.consumed_ms, &note->txid);
+          bool undone = false;
+          Result<bool> r = ApplyBatch(tx, *p.batch, p.updated_ms, p.consumed_ms, &note->txid,
+                                      kNoPrefix, kRollback, &undone);
+          if (undone) tx.MarkEnded();
+          return r;
         });
     p.status = done.status();
     return;
@@ -1280,35 +1693,57 @@ void PgStore::CommitGroup(std::vector<PendingCommit*> group) {
     return a->batch->saga_id < b->batch->saga_id;
   });
   const std::string op = "Commit of " + std::to_string(group.size()) + " batches (group commit)";
+  // Each batch inside its own savepoint, by hand (libpqxx 6.4's
+  // subtransaction does not roll back to its savepoint after a statement in
+  // it failed). What ends a batch's savepoint goes out with the next batch.
+  static const char* const kSavepoint = "SAVEPOINT idem_batch";
+  static const char* const kRelease = "RELEASE SAVEPOINT idem_batch";
+  static const char* const kRollbackTo = "ROLLBACK TO SAVEPOINT idem_batch";
+  static const std::vector<const char*> kUndo = {kRollbackTo, kRelease};
   Result<std::vector<Status>> done = Run<std::vector<Status>>(
-      op, Access::kWrite,
-      [&](pqxx::transaction_base& tx, WriteNote* note) -> Result<std::vector<Status>> {
+      op, Access::kWrite, [&](WriteTx& tx, WriteNote* note) -> Result<std::vector<Status>> {
         counters.commit_transactions.fetch_add(1);
         std::vector<Status> statuses;
         statuses.reserve(group.size());
+        std::vector<const char*> pending;  // ends the previous batch's savepoint
         for (PendingCommit* p : group) {
-          // Savepoints by hand: libpqxx 6.4's subtransaction does not roll
-          // back to its savepoint after a statement in it failed.
-          tx.exec("SAVEPOINT idem_batch");
+          std::vector<const char*> prefix = pending;
+          prefix.push_back(kSavepoint);
           Status s;
+          bool undone = false;
           try {
             // Rolling back to the savepoint keeps the transaction's id.
             int64_t txid = 0;
-            s = ApplyBatch(tx, *p->batch, p->updated_ms, p->consumed_ms, &txid).status();
+            s = ApplyBatch(tx, *p->batch, p->updated_ms, p->consumed_ms, &txid, prefix, kUndo,
+                           &undone)
+                    .status();
             if (txid != 0) note->txid = txid;
+          } catch (const GroupBroken&) {
+            throw;
           } catch (const std::exception& e) {
             // A lost connection or contention fails the whole transaction:
             // Run runs the group again or resolves it.
-            if (!tx.conn().is_open() || IsConnectionError(e) ||
+            if (Pq().status(tx.raw()) != CONNECTION_OK || IsConnectionError(e) ||
                 dynamic_cast<const pqxx::transaction_rollback*>(&e) != nullptr) {
               throw;
             }
             s = Translate("Commit to saga " + Quote(p->batch->saga_id), e);
           }
           // Not OK: this batch's writes, and only they, are undone.
-          if (!s.ok()) tx.exec("ROLLBACK TO SAVEPOINT idem_batch");
-          tx.exec("RELEASE SAVEPOINT idem_batch");
+          if (undone) {
+            pending.clear();
+          } else if (s.ok()) {
+            pending = {kRelease};
+          } else {
+            pending = kUndo;
+          }
           statuses.push_back(std::move(s));
+        }
+        if (pending.size() > 1) {  // the last batch failed: undo it before COMMIT
+          Pipe last(tx);
+          for (const char* sql : pending) last.AddSql(sql);
+          std::vector<Reply> got = last.Run();
+          ThrowFirstError(last, tx.raw(), got);
         }
         return statuses;
       });
@@ -1373,25 +1808,36 @@ Result<std::vector<Lease>> PgStore::ClaimSagas(const std::vector<std::string>& s
     Lease lease;
     int64_t updated_ms = 0;
   };
-  Result<std::vector<Claimed>> claimed = Run<std::vector<Claimed>>(
-      "ClaimSagas for " + Quote(owner), Access::kWrite,
-      [&](pqxx::transaction_base& tx, WriteNote* note) -> Result<std::vector<Claimed>> {
-        std::vector<Claimed> out;
-        for (const pqxx::row& r : tx.exec_params(sql, pqxx::prepare::make_dynamic_params(wanted),
-                                                 owner, lease_ms, limit)) {
-          Claimed c;
-          c.lease.saga_id = FieldText(r[0]);
-          c.lease.owner = FieldText(r[1]);
-          c.lease.epoch = r[2].as<int64_t>();
-          c.lease.expires_ms = r[3].as<int64_t>();
-          c.updated_ms = r[4].as<int64_t>();
-          note->txid = r[5].as<int64_t>();
-          out.push_back(std::move(c));
-        }
-        // Nothing claimed: nothing written, no transaction id to take.
-        if (out.empty()) note->nothing_written = true;
-        return out;
-      });
+  std::vector<const char*> values;
+  values.reserve(wanted.size() + 3);
+  for (const std::string& st : wanted) values.push_back(st.c_str());
+  const std::string lease_text = std::to_string(lease_ms);
+  const std::string limit_text = std::to_string(limit);
+  values.push_back(owner.c_str());
+  values.push_back(lease_text.c_str());
+  values.push_back(limit_text.c_str());
+  Result<std::vector<Claimed>> claimed =
+      Run<std::vector<Claimed>>("ClaimSagas for " + Quote(owner), Access::kWrite,
+                                [&](WriteTx& tx, WriteNote* note) -> Result<std::vector<Claimed>> {
+                                  Pipe p(tx);
+                                  p.AddSql(sql.c_str(), values);
+                                  std::vector<Reply> got = p.Run();
+                                  ThrowFirstError(p, tx.raw(), got);
+                                  std::vector<Claimed> out;
+                                  for (int i = 0; i < got[0].rows(); ++i) {
+                                    Claimed c;
+                                    c.lease.saga_id = got[0].text(i, 0);
+                                    c.lease.owner = got[0].text(i, 1);
+                                    c.lease.epoch = got[0].i64(i, 2);
+                                    c.lease.expires_ms = got[0].i64(i, 3);
+                                    c.updated_ms = got[0].i64(i, 4);
+                                    note->txid = got[0].i64(i, 5);
+                                    out.push_back(std::move(c));
+                                  }
+                                  // Nothing claimed: nothing written, no transaction id to take.
+                                  if (out.empty()) note->nothing_written = true;
+                                  return out;
+                                });
   if (!claimed.ok()) return claimed.status();
   // RETURNING has no order: oldest first, ties by the bytes of the id.
   std::sort(claimed->begin(), claimed->end(), [](const Claimed& a, const Claimed& b) {
@@ -1414,22 +1860,29 @@ Result<Lease> PgStore::ClaimSaga(const std::string& saga_id, const std::string& 
   }
   if (HasNul(saga_id)) return SagaNotFound(saga_id);
   return Run<Lease>("ClaimSaga " + Quote(saga_id) + " for " + Quote(owner), Access::kWrite,
-                    [&](pqxx::transaction_base& tx, WriteNote* note) -> Result<Lease> {
+                    [&](WriteTx& tx, WriteNote* note) -> Result<Lease> {
                       // Waits for the row (unlike ClaimSagas): a commit in flight ends soon.
-                      pqxx::result r = tx.exec_prepared(kClaimSaga.name, saga_id, owner, lease_ms);
-                      if (r.empty()) {
-                        pqxx::result held = tx.exec_prepared(kLeaseHolder.name, saga_id);
-                        if (held.empty()) return SagaNotFound(saga_id);
+                      Pipe p(tx);
+                      p.Add(kClaimSaga, saga_id, owner, lease_ms);
+                      std::vector<Reply> got = p.Run();
+                      ThrowFirstError(p, tx.raw(), got);
+                      const Reply& r = got[0];
+                      if (r.rows() == 0) {
+                        Pipe q(tx);
+                        q.Add(kLeaseHolder, saga_id);
+                        std::vector<Reply> held = q.Run();
+                        ThrowFirstError(q, tx.raw(), held);
+                        if (held[0].rows() == 0) return SagaNotFound(saga_id);
                         return Status::Aborted("saga " + Quote(saga_id) + " is leased to " +
-                                               Quote(FieldText(held[0][0])) + " until " +
-                                               std::to_string(held[0][1].as<int64_t>()));
+                                               Quote(held[0].text(0, 0)) + " until " +
+                                               std::to_string(held[0].i64(0, 1)));
                       }
                       Lease l;
                       l.saga_id = saga_id;
-                      l.owner = FieldText(r[0][0]);
-                      l.epoch = r[0][1].as<int64_t>();
-                      l.expires_ms = r[0][2].as<int64_t>();
-                      note->txid = r[0][3].as<int64_t>();
+                      l.owner = r.text(0, 0);
+                      l.epoch = r.i64(0, 1);
+                      l.expires_ms = r.i64(0, 2);
+                      note->txid = r.i64(0, 3);
                       return l;
                     });
 }
@@ -1442,19 +1895,27 @@ Status PgStore::UpdateLease(const char* what, const Lease& lease, int64_t lease_
   if (HasNul(lease.saga_id)) return SagaNotFound(lease.saga_id);
   IDEM_RETURN_IF_ERROR(CheckText(lease.owner, std::string(what) + ": owner"));
   const std::string op = std::string(what) + " of saga " + Quote(lease.saga_id);
-  Result<bool> done = Run<bool>(
-      op, Access::kWrite, [&](pqxx::transaction_base& tx, WriteNote* note) -> Result<bool> {
-        pqxx::result r =
-            release ? tx.exec_prepared(kReleaseLease.name, lease.saga_id, lease.owner, lease.epoch)
-                    : tx.exec_prepared(kRenewLease.name, lease.saga_id, lease.owner, lease.epoch,
-                                       lease_ms);
-        if (r.empty()) {
-          if (!SagaExists(tx, lease.saga_id)) return SagaNotFound(lease.saga_id);
+  Result<bool> done =
+      Run<bool>(op, Access::kWrite, [&](WriteTx& tx, WriteNote* note) -> Result<bool> {
+        Pipe p(tx);
+        if (release) {
+          p.Add(kReleaseLease, lease.saga_id, lease.owner, lease.epoch);
+        } else {
+          p.Add(kRenewLease, lease.saga_id, lease.owner, lease.epoch, lease_ms);
+        }
+        std::vector<Reply> got = p.Run();
+        ThrowFirstError(p, tx.raw(), got);
+        if (got[0].rows() == 0) {
+          Pipe q(tx);
+          q.Add(kSagaExists, lease.saga_id);
+          std::vector<Reply> exists = q.Run();
+          ThrowFirstError(q, tx.raw(), exists);
+          if (exists[0].rows() == 0) return SagaNotFound(lease.saga_id);
           return Status::Aborted("lease lost: saga " + Quote(lease.saga_id) +
                                  " is no longer leased to " + Quote(lease.owner) + " at epoch " +
                                  std::to_string(lease.epoch));
         }
-        note->txid = r[0][0].as<int64_t>();
+        note->txid = got[0].i64(0, 0);
         return true;
       });
   return done.status();

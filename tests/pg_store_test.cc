@@ -1311,6 +1311,128 @@ TEST(PgStoreTest, GroupCommitInDoubtThatAbortedRunsTheGroupAgain) {
   ASSERT_NO_FATAL_FAILURE(scenario.ExpectLandedOnce(results, db.Url()));
 }
 
+// A batch's statements go out together, so those after a refused fence ran
+// (and were rolled back): their own errors must not mask why the batch was
+// refused, and the connection must come back clean. With and without group
+// commit (savepoint or whole transaction undone).
+TEST(PgStoreTest, FencedOutBatchReportsTheFenceNotTheErrorsAfterIt) {
+  for (bool group : {false, true}) {
+    SCOPED_TRACE(group ? "group commit" : "plain");
+    TestDatabase db;
+    ASSERT_DB_OK(db);
+    PgOptions options;
+    options.url = db.Url();
+    options.group_commit = group;
+    options.pool_size = 1;  // the next call reuses the connection
+    std::unique_ptr<PgStore> store = MustOpen(options);
+    ASSERT_NE(store, nullptr);
+    STORE_ASSERT_OK(store->CreateIntent(MakeSaga("s", "intent-s")));
+    Result<Lease> lease = store->ClaimSaga("s", "w1", 60'000);
+    STORE_ASSERT_OK(lease);
+    WriteBatch first = Batch("s", "first", 1);
+    first.fence_epoch = lease->epoch;
+    STORE_ASSERT_OK(store->Commit(first));
+
+    // Stale epoch, and an effect key already taken after the fenced UPDATE.
+    WriteBatch stale = Batch("s", "stale", 2);
+    stale.effects = first.effects;
+    stale.fence_epoch = lease->epoch + 1;
+    Status st = store->Commit(stale);
+    EXPECT_EQ(Code::kAborted, st.code()) << st.ToString();
+    EXPECT_NE(std::string::npos, st.message().find("lease lost")) << st.message();
+    // Without a new state: the row lock's epoch decides, same answer.
+    stale.saga_state.reset();
+    st = store->Commit(stale);
+    EXPECT_EQ(Code::kAborted, st.code()) << st.ToString();
+    // A missing saga whose steps break a foreign key: kNotFound.
+    WriteBatch ghost = Batch("ghost", "ghost", 1);
+    ghost.steps = {StepRecord{}};
+    ghost.steps[0].saga_id = "ghost";
+    ghost.steps[0].step_id = "x";
+    ghost.steps[0].step_key = "ghost-key";
+    ghost.steps[0].state = "pending";
+    ghost.steps[0].tool = "t";
+    st = store->Commit(ghost);
+    EXPECT_EQ(Code::kNotFound, st.code()) << st.ToString();
+
+    EXPECT_EQ(0, CountEvents(*store, "s", "stale"));
+    // The connection is clean: the holder writes on.
+    WriteBatch next = Batch("s", "next", 1);
+    next.effects = {MakeEffect("s", "step0", "s/next-key", 3000)};
+    next.fence_epoch = lease->epoch;
+    STORE_EXPECT_OK(store->Commit(next));
+    EXPECT_EQ(1, CountEvents(*store, "s", "next"));
+    EXPECT_EQ(0, store->Stats().connections_discarded);
+  }
+}
+
+// Batches that give their leases up, in one group: each release is its own
+// batch's (rolled back with it), the stale one releases nothing, and a batch
+// without a new state releases too.
+TEST(PgStoreTest, GroupCommitReleasesEachBatchsLeaseAlone) {
+  constexpr int kSagas = 4;
+  TestDatabase db;
+  ASSERT_DB_OK(db);
+  std::atomic<bool> armed{false};
+  std::atomic<int> hook_calls{0};
+  PgStore* raw_store = nullptr;
+  PgOptions options;
+  options.url = db.Url();
+  options.group_commit = true;
+  options.before_commit_hook = [&](int) {
+    if (!armed.load() || hook_calls.fetch_add(1) != 0) return;
+    for (int i = 0; i < 10'000 && raw_store->Stats().commits_queued < kSagas; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  };
+  std::unique_ptr<PgStore> store = MustOpen(options);
+  ASSERT_NE(store, nullptr);
+  raw_store = store.get();
+  STORE_ASSERT_OK(store->CreateIntent(MakeSaga("lead", "intent-lead")));
+  std::vector<Lease> leases;
+  for (int t = 0; t < kSagas; ++t) {
+    const std::string id = "saga-" + std::to_string(t);
+    STORE_ASSERT_OK(store->CreateIntent(MakeSaga(id, "intent-" + id)));
+    Result<Lease> lease = store->ClaimSaga(id, "w1", 60'000);
+    STORE_ASSERT_OK(lease);
+    leases.push_back(*lease);
+  }
+  armed = true;
+  Status lead;
+  std::thread leader([&] { lead = store->Commit(Batch("lead", "lead", 1)); });
+  while (hook_calls.load() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  std::vector<Status> results(kSagas);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kSagas; ++t) {
+    threads.emplace_back([&, t] {
+      WriteBatch w = Batch(leases[t].saga_id, "rel", 1);
+      w.effects.clear();
+      if (t == 3) w.saga_state.reset();  // no new state: the release stands alone
+      w.fence_epoch = t == 1 ? leases[t].epoch + 5 : leases[t].epoch;  // 1: stale
+      w.release_lease = true;
+      results[t] = store->Commit(w);
+    });
+  }
+  for (std::thread& th : threads) th.join();
+  leader.join();
+  armed = false;
+  STORE_EXPECT_OK(lead);
+  EXPECT_EQ(kSagas, store->Stats().largest_group);
+  for (int t = 0; t < kSagas; ++t) {
+    SCOPED_TRACE(leases[t].saga_id);
+    const bool good = t != 1;
+    EXPECT_EQ(good ? Code::kOk : Code::kAborted, results[t].code()) << results[t].ToString();
+    EXPECT_EQ(good ? 1 : 0, CountEvents(*store, leases[t].saga_id, "rel"));
+    Result<Lease> next = store->ClaimSaga(leases[t].saga_id, "w2", 60'000);
+    if (good) {
+      STORE_ASSERT_OK(next);
+      EXPECT_EQ(leases[t].epoch + 1, next->epoch);
+    } else {
+      EXPECT_EQ(Code::kAborted, next.status().code()) << next.status().ToString();
+    }
+  }
+}
+
 TEST(PgStoreTest, GroupCommitFiguresWithAndWithout) {
   constexpr int kThreads = 16;
   constexpr int kCommits = 20;
