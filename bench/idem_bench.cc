@@ -84,9 +84,9 @@ struct Config {
   int resume = 10'000;
   int recover_concurrency = 64;
   int pg_cpu_sagas = 150;
-  bool pg_group_commit = false;  // the store's default
-  int pg_pool = 0;               // 0: max(8, concurrency)
-  std::string skip;              // comma-separated: anchors,steps,cpu,resume,waiting,noleases
+  bool pg_group_commit = storage::PgOptions{}.group_commit;  // the store's default
+  int pg_pool = 0;                                           // 0: the store's default pool size
+  std::string skip;  // comma-separated: anchors,steps,cpu,resume,waiting,noleases
   bool Skip(const std::string& what) const {
     return ("," + skip + ",").find("," + what + ",") != std::string::npos;
   }
@@ -516,7 +516,11 @@ StoreUnderTest OpenPg(const Config& cfg, const std::string& db, bool fresh, int 
   if (fresh) PgFreshDb(cfg, db);
   storage::PgOptions o;
   o.url = PgUrlFor(cfg.pg_url, db, params);
-  o.pool_size = cfg.pg_pool > 0 ? cfg.pg_pool : pool;
+  if (cfg.pg_pool > 0) {
+    o.pool_size = cfg.pg_pool;
+  } else if (pool > 0) {
+    o.pool_size = pool;
+  }
   o.group_commit = cfg.pg_group_commit;
   auto s = storage::PgStore::Open(o);
   Check(s.status(), "open PostgreSQL database " + db);
@@ -590,7 +594,7 @@ void IdemThroughput(const Config& cfg, const std::string& store_kind, bool use_l
   RegisterTools(&tools);
   SagaSpec spec = ThreeStepSpec(tools);
   StoreUnderTest s = store_kind == "sqlite" ? OpenSqlite(cfg.data_dir + "/idem_steps.db", true)
-                                            : OpenPg(cfg, "bench_idem", true, std::max(8, conc));
+                                            : OpenPg(cfg, "bench_idem", true, 0);
   Engine engine(s.store.get(), &tools, BenchEngineOptions(use_leases));
   std::vector<int64_t> counters(conc, 0);
   std::mutex keys_mu;
@@ -911,8 +915,8 @@ void IdemResume(const Config& cfg, const std::string& store_kind, int rep) {
   ToolRegistry tools;
   RegisterTools(&tools);
   double t0 = NowS();
-  StoreUnderTest r = store_kind == "sqlite" ? OpenSqlite(s.sqlite_path, false)
-                                            : OpenPg(cfg, s.pg_db, false, cfg.recover_concurrency);
+  StoreUnderTest r =
+      store_kind == "sqlite" ? OpenSqlite(s.sqlite_path, false) : OpenPg(cfg, s.pg_db, false, 0);
   SleepCountingClock clock;
   EngineOptions eo = BenchEngineOptions(store_kind == "pg");
   eo.clock = &clock;

@@ -22,7 +22,6 @@
 #include <pqxx/pqxx>
 
 #include "common/clock.h"
-#include <dlfcn.h>
 #include <libpq-fe.h>
 
 namespace idem::storage {
@@ -465,66 +464,7 @@ Status TooNew(int version) {
 // statements of a batch go out together and their replies come back in one
 // round trip (libpqxx 6.4 has no pipelines for bound parameters and sends
 // BEGIN on its own). COMMIT and ROLLBACK stay simple queries of their own.
-// libpq is libpqxx's dependency; the build links libpqxx only, so the few
-// functions are looked up in the process once.
-
-struct Libpq {
-  decltype(&PQenterPipelineMode) enter_pipeline;
-  decltype(&PQexitPipelineMode) exit_pipeline;
-  decltype(&PQpipelineSync) pipeline_sync;
-  decltype(&PQpipelineStatus) pipeline_status;
-  decltype(&PQsendQueryPrepared) send_prepared;
-  decltype(&PQsendQueryParams) send_params;
-  decltype(&PQsendPrepare) send_prepare;
-  decltype(&PQgetResult) get_result;
-  decltype(&PQresultStatus) result_status;
-  decltype(&PQresultErrorField) error_field;
-  decltype(&PQresultErrorMessage) result_error;
-  decltype(&PQcmdStatus) cmd_status;
-  decltype(&PQclear) clear;
-  decltype(&PQntuples) ntuples;
-  decltype(&PQgetvalue) getvalue;
-  decltype(&PQgetisnull) getisnull;
-  decltype(&PQstatus) status;
-  decltype(&PQtransactionStatus) transaction_status;
-  decltype(&PQerrorMessage) error_message;
-  decltype(&PQexec) exec;
-};
-
-template <typename Fn>
-void Resolve(Fn*& fn, const char* name) {
-  void* sym = dlsym(RTLD_DEFAULT, name);
-  if (sym == nullptr) throw std::runtime_error(std::string("libpq has no ") + name);
-  fn = reinterpret_cast<Fn*>(sym);
-}
-
-const Libpq& Pq() {
-  static const Libpq pq = [] {
-    Libpq p{};
-    Resolve(p.enter_pipeline, "PQenterPipelineMode");
-    Resolve(p.exit_pipeline, "PQexitPipelineMode");
-    Resolve(p.pipeline_sync, "PQpipelineSync");
-    Resolve(p.pipeline_status, "PQpipelineStatus");
-    Resolve(p.send_prepared, "PQsendQueryPrepared");
-    Resolve(p.send_params, "PQsendQueryParams");
-    Resolve(p.send_prepare, "PQsendPrepare");
-    Resolve(p.get_result, "PQgetResult");
-    Resolve(p.result_status, "PQresultStatus");
-    Resolve(p.error_field, "PQresultErrorField");
-    Resolve(p.result_error, "PQresultErrorMessage");
-    Resolve(p.cmd_status, "PQcmdStatus");
-    Resolve(p.clear, "PQclear");
-    Resolve(p.ntuples, "PQntuples");
-    Resolve(p.getvalue, "PQgetvalue");
-    Resolve(p.getisnull, "PQgetisnull");
-    Resolve(p.status, "PQstatus");
-    Resolve(p.transaction_status, "PQtransactionStatus");
-    Resolve(p.error_message, "PQerrorMessage");
-    Resolve(p.exec, "PQexec");
-    return p;
-  }();
-  return pq;
-}
+// The build links libpq itself (libpqxx's own dependency) for them.
 
 // The libpq handle of the connection being made on this thread (libpqxx 6.4
 // keeps its own private): captured by the connection policy below.
@@ -552,7 +492,7 @@ class HandleNotingConnect : public pqxx::connect_direct {
 
 // The connection broke: libpq's message.
 [[noreturn]] void ThrowBroken(PGconn* c, const char* what) {
-  throw pqxx::broken_connection(std::string(what) + ": " + OneLine(Pq().error_message(c)));
+  throw pqxx::broken_connection(std::string(what) + ": " + OneLine(PQerrorMessage(c)));
 }
 
 // The reply to one statement of a pipeline: its rows, or the error it raised.
@@ -561,7 +501,7 @@ class Reply {
   Reply() = default;
   explicit Reply(PGresult* r) : r_(r) {}
   ~Reply() {
-    if (r_ != nullptr) Pq().clear(r_);
+    if (r_ != nullptr) PQclear(r_);
   }
   Reply(Reply&& o) noexcept : r_(std::exchange(o.r_, nullptr)) {}
   Reply& operator=(Reply&& o) noexcept {
@@ -571,33 +511,33 @@ class Reply {
   Reply(const Reply&) = delete;
   Reply& operator=(const Reply&) = delete;
 
-  ExecStatusType status() const { return Pq().result_status(r_); }
+  ExecStatusType status() const { return PQresultStatus(r_); }
   bool ok() const {
-    ExecStatusType st = Pq().result_status(r_);
+    ExecStatusType st = PQresultStatus(r_);
     return st == PGRES_TUPLES_OK || st == PGRES_COMMAND_OK;
   }
-  int rows() const { return Pq().ntuples(r_); }
-  bool null(int row, int col) const { return Pq().getisnull(r_, row, col) != 0; }
+  int rows() const { return PQntuples(r_); }
+  bool null(int row, int col) const { return PQgetisnull(r_, row, col) != 0; }
   std::string text(int row, int col) const {
-    return null(row, col) ? std::string() : std::string(Pq().getvalue(r_, row, col));
+    return null(row, col) ? std::string() : std::string(PQgetvalue(r_, row, col));
   }
   int64_t i64(int row, int col) const {
-    return std::strtoll(Pq().getvalue(r_, row, col), nullptr, 10);
+    return std::strtoll(PQgetvalue(r_, row, col), nullptr, 10);
   }
-  std::string message() const { return Pq().result_error(r_); }
+  std::string message() const { return PQresultErrorMessage(r_); }
   std::string sqlstate() const {
-    const char* st = Pq().error_field(r_, PG_DIAG_SQLSTATE);
+    const char* st = PQresultErrorField(r_, PG_DIAG_SQLSTATE);
     return st == nullptr ? std::string() : std::string(st);
   }
 
   /// The error as the exception libpqxx would have thrown (what Run and
   /// Translate know how to handle).
   [[noreturn]] void Throw(PGconn* c, const char* query) const {
-    if (Pq().status(c) != CONNECTION_OK) ThrowBroken(c, query);
-    if (Pq().result_status(r_) == PGRES_PIPELINE_ABORTED) {
+    if (PQstatus(c) != CONNECTION_OK) ThrowBroken(c, query);
+    if (PQresultStatus(r_) == PGRES_PIPELINE_ABORTED) {
       throw pqxx::sql_error("statement skipped after an error in its pipeline", query);
     }
-    const std::string msg = Pq().result_error(r_);
+    const std::string msg = PQresultErrorMessage(r_);
     const std::string st = sqlstate();
     if (st == "23505") throw pqxx::unique_violation(msg, query, st.c_str());
     if (st == "40001") throw pqxx::serialization_failure(msg);
@@ -620,7 +560,6 @@ struct PgConnection {
   explicit PgConnection(const std::string& conninfo)
       : conn((t_new_handle = nullptr, conninfo)), quiet(conn), raw(t_new_handle) {
     if (raw == nullptr) throw pqxx::broken_connection("no libpq handle");
-    (void)Pq();  // libpq's functions are there
     conn.set_client_encoding("UTF8");
     // A process frozen (SIGSTOP, a long GC-like pause) inside a transaction
     // must not hold its row locks for ever: FOR UPDATE SKIP LOCKED claims
@@ -635,22 +574,21 @@ struct PgConnection {
   /// tables), in one round trip.
   void PrepareWrites() {
     if (writes_prepared) return;
-    const Libpq& pq = Pq();
-    if (pq.enter_pipeline(raw) != 1) ThrowBroken(raw, "pipeline");
+    if (PQenterPipelineMode(raw) != 1) ThrowBroken(raw, "pipeline");
     for (const Statement& s : kWriteStatements) {
-      if (pq.send_prepare(raw, s.name, s.sql, 0, nullptr) != 1) ThrowBroken(raw, "prepare");
+      if (PQsendPrepare(raw, s.name, s.sql, 0, nullptr) != 1) ThrowBroken(raw, "prepare");
     }
-    if (pq.pipeline_sync(raw) != 1) ThrowBroken(raw, "prepare");
+    if (PQpipelineSync(raw) != 1) ThrowBroken(raw, "prepare");
     for (const Statement& s : kWriteStatements) {
-      PGresult* r = pq.get_result(raw);
+      PGresult* r = PQgetResult(raw);
       if (r == nullptr) ThrowBroken(raw, "prepare");
       Reply reply(r);
-      while (PGresult* extra = pq.get_result(raw)) pq.clear(extra);
+      while (PGresult* extra = PQgetResult(raw)) PQclear(extra);
       if (!reply.ok()) reply.Throw(raw, s.sql);
     }
-    Reply sync(pq.get_result(raw));
+    Reply sync(PQgetResult(raw));
     if (sync.status() != PGRES_PIPELINE_SYNC) ThrowBroken(raw, "prepare");
-    if (pq.exit_pipeline(raw) != 1) ThrowBroken(raw, "prepare");
+    if (PQexitPipelineMode(raw) != 1) ThrowBroken(raw, "prepare");
     writes_prepared = true;
   }
 
@@ -860,31 +798,30 @@ class Pipe {
   /// out). After an error, the pipeline's later statements come back
   /// skipped (PGRES_PIPELINE_ABORTED). Throws broken_connection.
   std::vector<Reply> Run() {
-    const Libpq& pq = Pq();
     PGconn* c = tx_.raw();
     tx_.conn().PrepareWrites();
-    if (pq.enter_pipeline(c) != 1) ThrowBroken(c, "pipeline");
+    if (PQenterPipelineMode(c) != 1) ThrowBroken(c, "pipeline");
     for (const Call& call : calls_) {
       const int n = static_cast<int>(call.values.size());
       const int sent =
           call.name != nullptr
-              ? pq.send_prepared(c, call.name, n, call.values.data(), nullptr, nullptr, 0)
-              : pq.send_params(c, call.sql, n, nullptr, call.values.data(), nullptr, nullptr, 0);
+              ? PQsendQueryPrepared(c, call.name, n, call.values.data(), nullptr, nullptr, 0)
+              : PQsendQueryParams(c, call.sql, n, nullptr, call.values.data(), nullptr, nullptr, 0);
       if (sent != 1) ThrowBroken(c, call.sql);
     }
-    if (pq.pipeline_sync(c) != 1) ThrowBroken(c, "pipeline sync");
+    if (PQpipelineSync(c) != 1) ThrowBroken(c, "pipeline sync");
     if (begins_) tx_.MarkBegun();  // a failed BEGIN leaves nothing to roll back anyway
     std::vector<Reply> out;
     out.reserve(calls_.size());
     for (const Call& call : calls_) {
-      PGresult* r = pq.get_result(c);
+      PGresult* r = PQgetResult(c);
       if (r == nullptr) ThrowBroken(c, call.sql);
       out.emplace_back(r);
-      while (PGresult* extra = pq.get_result(c)) pq.clear(extra);
+      while (PGresult* extra = PQgetResult(c)) PQclear(extra);
     }
-    Reply sync(pq.get_result(c));
+    Reply sync(PQgetResult(c));
     if (sync.status() != PGRES_PIPELINE_SYNC) ThrowBroken(c, "pipeline sync");
-    if (pq.exit_pipeline(c) != 1) ThrowBroken(c, "pipeline end");
+    if (PQexitPipelineMode(c) != 1) ThrowBroken(c, "pipeline end");
     if (begins_) {
       if (!out[0].ok()) out[0].Throw(c, "BEGIN");
       out.erase(out.begin());
@@ -936,31 +873,29 @@ void ThrowFirstError(const Pipe& pipe, PGconn* c, const std::vector<Reply>& repl
 // Ends the write transaction on `c` if one is open. False: the connection is
 // in no state to be reused.
 bool RollbackRaw(PGconn* c) {
-  const Libpq& pq = Pq();
-  if (pq.status(c) != CONNECTION_OK || pq.pipeline_status(c) != PQ_PIPELINE_OFF) return false;
-  const PGTransactionStatusType ts = pq.transaction_status(c);
+  if (PQstatus(c) != CONNECTION_OK || PQpipelineStatus(c) != PQ_PIPELINE_OFF) return false;
+  const PGTransactionStatusType ts = PQtransactionStatus(c);
   if (ts == PQTRANS_IDLE) return true;
   if (ts != PQTRANS_INTRANS && ts != PQTRANS_INERROR) return false;
-  Reply r(pq.exec(c, "ROLLBACK"));
-  return r.ok() && pq.transaction_status(c) == PQTRANS_IDLE;
+  Reply r(PQexec(c, "ROLLBACK"));
+  return r.ok() && PQtransactionStatus(c) == PQTRANS_IDLE;
 }
 
 // Sends COMMIT (a simple query of its own). True: committed. False: the
 // connection was lost with COMMIT in flight (the outcome is unknown). Throws
 // what the server answered instead of committing.
 bool CommitRaw(PGconn* c) {
-  const Libpq& pq = Pq();
-  PGresult* res = pq.exec(c, "COMMIT");
-  if (res == nullptr || pq.status(c) != CONNECTION_OK) {
-    if (res != nullptr) pq.clear(res);
+  PGresult* res = PQexec(c, "COMMIT");
+  if (res == nullptr || PQstatus(c) != CONNECTION_OK) {
+    if (res != nullptr) PQclear(res);
     return false;
   }
   Reply r(res);
   if (!r.ok()) r.Throw(c, "COMMIT");
   // A transaction in error answers COMMIT with ROLLBACK: never the case here
   // (an error fails the body), but never report such a COMMIT as done.
-  if (std::strcmp(pq.cmd_status(res), "COMMIT") != 0) {
-    throw pqxx::sql_error(std::string("COMMIT was answered with ") + pq.cmd_status(res), "COMMIT");
+  if (std::strcmp(PQcmdStatus(res), "COMMIT") != 0) {
+    throw pqxx::sql_error(std::string("COMMIT was answered with ") + PQcmdStatus(res), "COMMIT");
   }
   return true;
 }
@@ -1124,7 +1059,7 @@ Result<T> PgStore::Run(const std::string& op, Access access, Body&& body) {
         }
       } catch (const std::exception& e) {
         const bool lost =
-            !c->conn.is_open() || Pq().status(c->raw) != CONNECTION_OK || IsConnectionError(e);
+            !c->conn.is_open() || PQstatus(c->raw) != CONNECTION_OK || IsConnectionError(e);
         // A write transaction the error left open is rolled back here (the
         // connection goes back to the pool clean, or not at all).
         if (!lost && access == Access::kWrite && !RollbackRaw(c->raw)) c.MarkBroken();
@@ -1494,7 +1429,7 @@ Result<bool> ApplyBatch(WriteTx& tx, const WriteBatch& batch, int64_t updated_ms
   std::vector<Reply> got = p.Run();
   for (size_t k = 0; k < first; ++k) {
     if (got[k].ok()) continue;
-    if (Pq().status(tx.raw()) != CONNECTION_OK) ThrowBroken(tx.raw(), p.Sql(k));
+    if (PQstatus(tx.raw()) != CONNECTION_OK) ThrowBroken(tx.raw(), p.Sql(k));
     if (got[k].sqlstate().rfind("40", 0) == 0) got[k].Throw(tx.raw(), p.Sql(k));
     throw GroupBroken(std::string(p.Sql(k)) + " failed: " + OneLine(got[k].message()));
   }
@@ -1723,7 +1658,7 @@ void PgStore::CommitGroup(std::vector<PendingCommit*> group) {
           } catch (const std::exception& e) {
             // A lost connection or contention fails the whole transaction:
             // Run runs the group again or resolves it.
-            if (Pq().status(tx.raw()) != CONNECTION_OK || IsConnectionError(e) ||
+            if (PQstatus(tx.raw()) != CONNECTION_OK || IsConnectionError(e) ||
                 dynamic_cast<const pqxx::transaction_rollback*>(&e) != nullptr) {
               throw;
             }

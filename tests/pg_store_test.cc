@@ -561,40 +561,52 @@ TEST(PgStoreTest, RepeatedSubmissionsAndReadsTakeNoTransactionId) {
   std::unique_ptr<PgStore> store = MustOpen(db.Url());
   ASSERT_NE(store, nullptr);
   RawDb raw(db.Url());
-  auto next_xid = [&] {
+  auto next_xid = [&]() -> int64_t {
     return std::stoll(raw.Text("SELECT pg_snapshot_xmax(pg_current_snapshot())::text"));
   };
-  int64_t before = next_xid();
-  Result<CreateOutcome> first = store->CreateIntent(MakeSaga("saga-1", "intent-1"));
-  STORE_ASSERT_OK(first);
-  EXPECT_TRUE(first->created);
-  EXPECT_EQ(before + 1, next_xid());  // the creation: one write transaction
+  // Transaction ids are cluster-wide and other tests share the server: they
+  // can only add to a delta, so the least of several tries is the store's.
+  auto xids_taken = [&](const std::function<void(int)>& fn) {
+    int64_t least = std::numeric_limits<int64_t>::max();
+    for (int attempt = 0; attempt < 8 && least > 0; ++attempt) {
+      int64_t before = next_xid();
+      fn(attempt);
+      least = std::min<int64_t>(least, next_xid() - before);
+    }
+    return least;
+  };
+  EXPECT_EQ(1, xids_taken([&](int n) {  // a creation: one write transaction
+              Result<CreateOutcome> first = store->CreateIntent(
+                  MakeSaga("saga-" + std::to_string(n), "intent-" + std::to_string(n)));
+              STORE_ASSERT_OK(first);
+              EXPECT_TRUE(first->created);
+            }));
 
-  before = next_xid();
-  for (int i = 0; i < 3; ++i) {
-    Result<CreateOutcome> again = store->CreateIntent(MakeSaga("saga-1b", "intent-1"));
-    STORE_ASSERT_OK(again);
-    EXPECT_FALSE(again->created);
-    EXPECT_EQ("saga-1", again->saga_id);
-  }
-  NewSaga other = MakeSaga("saga-1c", "intent-1");
-  other.fingerprint = "other";
-  EXPECT_EQ(Code::kConflict, store->CreateIntent(other).status().code());
-  STORE_EXPECT_OK(store->LoadSaga("saga-1"));
-  STORE_EXPECT_OK(store->ReadJournal("saga-1"));
-  STORE_EXPECT_OK(store->ListEffects("saga-1"));
-  STORE_EXPECT_OK(store->ListSagas(SagaFilter{}));
-  EXPECT_EQ(Code::kNotFound, store->LoadSaga("nope").status().code());
-  Result<std::vector<Lease>> none = store->ClaimSagas({"no-such-state"}, "w1", 1000, 4);
-  STORE_ASSERT_OK(none);
-  EXPECT_TRUE(none->empty());
-  EXPECT_EQ(before, next_xid());
+  EXPECT_EQ(0, xids_taken([&](int) {
+              for (int i = 0; i < 3; ++i) {
+                Result<CreateOutcome> again = store->CreateIntent(MakeSaga("saga-0b", "intent-0"));
+                STORE_ASSERT_OK(again);
+                EXPECT_FALSE(again->created);
+                EXPECT_EQ("saga-0", again->saga_id);
+              }
+              NewSaga other = MakeSaga("saga-0c", "intent-0");
+              other.fingerprint = "other";
+              EXPECT_EQ(Code::kConflict, store->CreateIntent(other).status().code());
+              STORE_EXPECT_OK(store->LoadSaga("saga-0"));
+              STORE_EXPECT_OK(store->ReadJournal("saga-0"));
+              STORE_EXPECT_OK(store->ListEffects("saga-0"));
+              STORE_EXPECT_OK(store->ListSagas(SagaFilter{}));
+              EXPECT_EQ(Code::kNotFound, store->LoadSaga("nope").status().code());
+              Result<std::vector<Lease>> none = store->ClaimSagas({"no-such-state"}, "w1", 1000, 4);
+              STORE_ASSERT_OK(none);
+              EXPECT_TRUE(none->empty());
+            }));
 
   // A commit: one transaction id, no matter how many rows.
-  before = next_xid();
-  STORE_ASSERT_OK(store->Commit(Batch("saga-1", "b1", 3)));
-  EXPECT_EQ(before + 1, next_xid());
-  EXPECT_EQ(3, CountEvents(*store, "saga-1", "b1"));
+  EXPECT_EQ(1, xids_taken([&](int n) {
+              STORE_ASSERT_OK(store->Commit(Batch("saga-0", "b" + std::to_string(n), 3)));
+              EXPECT_EQ(3, CountEvents(*store, "saga-0", "b" + std::to_string(n)));
+            }));
 }
 
 // ---- Several stores on one database --------------------------------------------
