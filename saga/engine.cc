@@ -1073,12 +1073,10 @@ class Engine::LeaseRenewer {
     held->lease = lease;
     held->due = std::chrono::steady_clock::now() + period_;
     std::lock_guard<std::mutex> lock(mu_);
-    // Every lease has the same period: a new one is never due before those
-    // held already, so the thread needs waking only when it held none.
-    const bool wake = held_.empty();
+    // No wake-up: the thread never sleeps longer than one period, and a new
+    // lease is first due a period from now.
     held_.push_back(held);
     if (!thread_.joinable()) thread_ = std::thread([this] { Loop(); });
-    if (wake) cv_.notify_all();
     return held;
   }
 
@@ -1095,7 +1093,7 @@ class Engine::LeaseRenewer {
     std::unique_lock<std::mutex> lock(mu_);
     while (!done_) {
       auto now = std::chrono::steady_clock::now();
-      auto next = now + std::chrono::hours(1);
+      auto next = now + period_;
       std::vector<std::shared_ptr<Held>> due;
       for (const auto& h : held_) {
         if (h->due <= now) {
