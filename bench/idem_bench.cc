@@ -83,7 +83,7 @@ struct Config {
   int waiting = 100'000;
   int resume = 10'000;
   int recover_concurrency = 64;
-  int pg_cpu_sagas = 150;
+  int pg_cpu_sagas = 1000;
   bool pg_group_commit = storage::PgOptions{}.group_commit;  // the store's default
   int pg_pool = 0;                                           // 0: the store's default pool size
   std::string skip;  // comma-separated: anchors,steps,cpu,resume,waiting,noleases
@@ -1242,7 +1242,7 @@ int Main(int argc, char** argv) {
     cfg.warm_s = 0.3;
     cfg.dur_s = 0.5;
     cfg.cpu_sagas = 300;
-    cfg.pg_cpu_sagas = 60;
+    cfg.pg_cpu_sagas = 200;
     cfg.dup_calls = 100;
     cfg.waiting = 5'000;
     cfg.resume = 1'000;
