@@ -1144,6 +1144,10 @@ Result<SagaRecord> Engine::Run(const std::string& saga_id) {
     auto state = ParseSagaState(rec->summary.state);
     if (state && (IsTerminal(*state) || *state == SagaState::kNeedsAttention)) return rec;
   }
+  return Drive(saga_id);
+}
+
+Result<SagaRecord> Engine::Drive(const std::string& saga_id) {
   if (!options_.use_leases) {
     storage::Lease none;  // epoch 0: unfenced, nothing to renew or release
     none.saga_id = saga_id;
@@ -1503,7 +1507,9 @@ Result<RecoveryReport> Engine::Recover(int concurrency) {
   auto worker = [&] {
     for (size_t i = next++; i < list->size(); i = next++) {
       const std::string& id = (*list)[i].saga_id;
-      auto r = Run(id);
+      // Listed as unfinished: claimed at once, without Run's read first
+      // (which spares finished sagas a lease when called again).
+      auto r = Drive(id);
       std::lock_guard<std::mutex> lock(mu);
       if (!r.ok() && r.status().code() == Code::kAborted) {
         ++report.skipped;  // another worker holds its lease and drives it

@@ -158,6 +158,8 @@ class Engine {
   Result<RecoveryReport> Recover(int concurrency = 4);
 
  private:
+  /// Run without the read that answers a finished saga without a lease.
+  Result<storage::SagaRecord> Drive(const std::string& saga_id);
   Result<storage::SagaRecord> RunLeased(const storage::Lease& lease);
   /// Commits `b` under the saga's lease (claimed when leases are used; the
   /// batch is fenced on it), reports the journal to the observer, and hands
