@@ -483,16 +483,23 @@ SagaSummary ReadSummary(SQLite::Statement& q) {
 
 int SqliteStore::LatestSchemaVersion() { return kLatestVersion; }
 
-SqliteStore::SqliteStore(std::unique_ptr<SQLite::Database> db, int schema_version,
+SqliteStore::SqliteStore(std::unique_ptr<SQLite::Database> db,
+                         std::unique_ptr<SQLite::Database> reader, int schema_version,
                          const SqliteOptions& options)
     : db_(std::move(db)),
       stmts_(std::make_unique<sqlite_internal::StatementCache>(*db_)),
+      read_db_(std::move(reader)),
+      read_stmts_(std::make_unique<sqlite_internal::StatementCache>(*read_db_)),
       schema_version_(schema_version),
       clock_(options.clock != nullptr ? options.clock : SystemClock::Get()),
       group_commit_(options.group_commit),
       max_group_batches_(options.max_group_batches) {}
 
 SqliteStore::~SqliteStore() {
+  {
+    std::lock_guard<std::mutex> lock(read_mu_);
+    read_stmts_.reset();  // every statement finalized before read_db_ closes
+  }
   std::lock_guard<std::mutex> lock(mu_);
   stmts_.reset();  // every statement finalized before db_ closes
 }
@@ -563,7 +570,13 @@ Result<std::unique_ptr<SqliteStore>> SqliteStore::OpenOnce(const SqliteOptions& 
         if (!version.ok()) {
           return Status(version.status().code(), op + ": " + version.status().message());
         }
-        return std::unique_ptr<SqliteStore>(new SqliteStore(std::move(db), *version, options));
+        // A second connection for reads: they run beside the writer (WAL
+        // gives each its snapshot) instead of queueing behind its fsyncs.
+        auto reader = std::make_unique<SQLite::Database>(
+            options.path, SQLite::OPEN_READWRITE | SQLite::OPEN_FULLMUTEX, options.busy_timeout_ms);
+        reader->exec("PRAGMA query_only = 1");
+        return std::unique_ptr<SqliteStore>(
+            new SqliteStore(std::move(db), std::move(reader), *version, options));
       });
 }
 
@@ -583,6 +596,100 @@ Result<SqliteSettings> SqliteStore::EffectiveSettings() {
 
 // ---- Writes -----------------------------------------------------------------
 
+namespace {
+
+// The intent's saga if its key was submitted before (kConflict when with
+// other content); nullopt if the key is new.
+Result<std::optional<CreateOutcome>> FindIntent(StatementCache& c, const NewSaga& saga) {
+  Stmt q = c.Get("SELECT fingerprint, saga_id FROM intents WHERE intent_key = ?");
+  q->bind(1, saga.intent_key);
+  if (!q->executeStep()) return std::optional<CreateOutcome>();
+  std::string fingerprint = ColumnText(*q, 0);
+  std::string existing = ColumnText(*q, 1);
+  if (fingerprint == saga.fingerprint) {
+    return std::optional<CreateOutcome>(CreateOutcome{existing, false});
+  }
+  return Status::Conflict("intent key " + Quote(saga.intent_key) +
+                          " was already submitted with other content (saga " + Quote(existing) +
+                          ", fingerprint " + fingerprint + ")");
+}
+
+// Writes a new intent, its saga, steps and journal inside the caller's
+// transaction; a non-OK status means the caller must roll back.
+Result<CreateOutcome> ApplyCreate(StatementCache& c, const NewSaga& saga) {
+  auto found = FindIntent(c, saga);
+  if (!found.ok()) return found.status();
+  if (found->has_value()) return **found;
+  try {
+    Stmt ins = c.Get(
+        "INSERT INTO intents (intent_key, fingerprint, saga_id, created_ms) "
+        "VALUES (?, ?, ?, ?)");
+    ins->bind(1, saga.intent_key);
+    ins->bind(2, saga.fingerprint);
+    ins->bind(3, saga.saga_id);
+    ins->bind(4, static_cast<int64_t>(saga.created_ms));
+    ins->exec();
+  } catch (const SQLite::Exception& e) {
+    if (!IsConstraint(e)) throw;
+    return Status::Conflict("saga id " + Quote(saga.saga_id) + " is already in use (" + e.what() +
+                            ")");
+  }
+  {
+    Stmt ins = c.Get(
+        "INSERT INTO sagas (saga_id, intent_key, fingerprint, spec_name, spec,"
+        " input, state, reason, created_ms, updated_ms) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, '', ?, ?)");
+    ins->bind(1, saga.saga_id);
+    ins->bind(2, saga.intent_key);
+    ins->bind(3, saga.fingerprint);
+    ins->bind(4, saga.spec_name);
+    BindJson(*ins, 5, saga.spec);
+    BindJson(*ins, 6, saga.input);
+    ins->bind(7, saga.state);
+    ins->bind(8, static_cast<int64_t>(saga.created_ms));
+    ins->bind(9, static_cast<int64_t>(saga.created_ms));
+    ins->exec();
+  }
+  {
+    Stmt ins = c.Get(
+        "INSERT INTO steps (saga_id, idx, step_id, tool, state, attempt,"
+        " step_key, updated_ms) VALUES (?, ?, ?, ?, ?, 0, ?, ?)");
+    for (const NewStep& step : saga.steps) {
+      ins->reset();
+      ins->bind(1, saga.saga_id);
+      ins->bind(2, step.index);
+      ins->bind(3, step.step_id);
+      ins->bind(4, step.tool);
+      ins->bind(5, step.state);
+      ins->bind(6, step.step_key);
+      ins->bind(7, static_cast<int64_t>(saga.created_ms));
+      try {
+        ins->exec();
+      } catch (const SQLite::Exception& e) {
+        if (!IsConstraint(e)) throw;
+        return Status::Conflict("step key " + Quote(step.step_key) + " of step " +
+                                Quote(step.step_id) + " is already in use (" + e.what() + ")");
+      }
+    }
+  }
+  {
+    Stmt ins = c.Get(kInsertJournalSql);
+    for (const JournalEntry& e : saga.journal) InsertJournal(*ins, saga.saga_id, e);
+  }
+  return CreateOutcome{saga.saga_id, true};
+}
+
+}  // namespace
+
+/// One Commit call waiting in (or led through) the group commit queue.
+struct SqliteStore::PendingCommit {
+  const WriteBatch* batch = nullptr;  // a batch, or
+  const NewSaga* saga = nullptr;      // a new intent and its saga
+  CreateOutcome created;              // for `saga`, when status is OK
+  Status status;
+  bool done = false;  // GUARDED_BY(queue_mu_)
+};
+
 Result<CreateOutcome> SqliteStore::CreateIntent(const NewSaga& saga) {
   if (saga.saga_id.empty()) return Status::InvalidArgument("CreateIntent: saga_id is empty");
   if (saga.intent_key.empty()) return Status::InvalidArgument("CreateIntent: intent_key is empty");
@@ -601,82 +708,22 @@ Result<CreateOutcome> SqliteStore::CreateIntent(const NewSaga& saga) {
     }
   }
 
+  // A key submitted before is answered by a read: no write lock, no flush.
   const std::string op = "CreateIntent " + Quote(saga.intent_key);
-  return Guarded<Result<CreateOutcome>>(op, [&]() -> Result<CreateOutcome> {
-    std::lock_guard<std::mutex> lock(mu_);
-    StatementCache& c = *stmts_;
-    Tx tx(c, Tx::Mode::kImmediate);
-    {
-      Stmt q = c.Get("SELECT fingerprint, saga_id FROM intents WHERE intent_key = ?");
-      q->bind(1, saga.intent_key);
-      if (q->executeStep()) {
-        std::string fingerprint = ColumnText(*q, 0);
-        std::string existing = ColumnText(*q, 1);
-        if (fingerprint == saga.fingerprint) return CreateOutcome{existing, false};
-        return Status::Conflict("intent key " + Quote(saga.intent_key) +
-                                " was already submitted with other content (saga " +
-                                Quote(existing) + ", fingerprint " + fingerprint + ")");
-      }
-    }
-    try {
-      Stmt ins = c.Get(
-          "INSERT INTO intents (intent_key, fingerprint, saga_id, created_ms) "
-          "VALUES (?, ?, ?, ?)");
-      ins->bind(1, saga.intent_key);
-      ins->bind(2, saga.fingerprint);
-      ins->bind(3, saga.saga_id);
-      ins->bind(4, static_cast<int64_t>(saga.created_ms));
-      ins->exec();
-    } catch (const SQLite::Exception& e) {
-      if (!IsConstraint(e)) throw;
-      return Status::Conflict("saga id " + Quote(saga.saga_id) + " is already in use (" + e.what() +
-                              ")");
-    }
-    {
-      Stmt ins = c.Get(
-          "INSERT INTO sagas (saga_id, intent_key, fingerprint, spec_name, spec,"
-          " input, state, reason, created_ms, updated_ms) "
-          "VALUES (?, ?, ?, ?, ?, ?, ?, '', ?, ?)");
-      ins->bind(1, saga.saga_id);
-      ins->bind(2, saga.intent_key);
-      ins->bind(3, saga.fingerprint);
-      ins->bind(4, saga.spec_name);
-      BindJson(*ins, 5, saga.spec);
-      BindJson(*ins, 6, saga.input);
-      ins->bind(7, saga.state);
-      ins->bind(8, static_cast<int64_t>(saga.created_ms));
-      ins->bind(9, static_cast<int64_t>(saga.created_ms));
-      ins->exec();
-    }
-    {
-      Stmt ins = c.Get(
-          "INSERT INTO steps (saga_id, idx, step_id, tool, state, attempt,"
-          " step_key, updated_ms) VALUES (?, ?, ?, ?, ?, 0, ?, ?)");
-      for (const NewStep& step : saga.steps) {
-        ins->reset();
-        ins->bind(1, saga.saga_id);
-        ins->bind(2, step.index);
-        ins->bind(3, step.step_id);
-        ins->bind(4, step.tool);
-        ins->bind(5, step.state);
-        ins->bind(6, step.step_key);
-        ins->bind(7, static_cast<int64_t>(saga.created_ms));
-        try {
-          ins->exec();
-        } catch (const SQLite::Exception& e) {
-          if (!IsConstraint(e)) throw;
-          return Status::Conflict("step key " + Quote(step.step_key) + " of step " +
-                                  Quote(step.step_id) + " is already in use (" + e.what() + ")");
-        }
-      }
-    }
-    {
-      Stmt ins = c.Get(kInsertJournalSql);
-      for (const JournalEntry& e : saga.journal) InsertJournal(*ins, saga.saga_id, e);
-    }
-    tx.Commit();
-    return CreateOutcome{saga.saga_id, true};
-  });
+  auto existing = Guarded<Result<std::optional<CreateOutcome>>>(
+      op, [&]() -> Result<std::optional<CreateOutcome>> {
+        std::lock_guard<std::mutex> lock(read_mu_);
+        return FindIntent(*read_stmts_, saga);
+      });
+  if (!existing.ok()) return existing.status();
+  if (existing->has_value()) return **existing;
+  // A new one is written like a batch: through the group commit, so many
+  // submissions share a transaction (the lookup is repeated inside it).
+  PendingCommit me;
+  me.saga = &saga;
+  Enqueue(&me);
+  if (!me.status.ok()) return me.status;
+  return me.created;
 }
 
 namespace {
@@ -862,20 +909,19 @@ Status CheckBatch(const WriteBatch& batch) {
 
 }  // namespace
 
-/// One Commit call waiting in (or led through) the group commit queue.
-struct SqliteStore::PendingCommit {
-  const WriteBatch* batch = nullptr;
-  Status status;
-  bool done = false;  // GUARDED_BY(queue_mu_)
-};
-
 Status SqliteStore::Commit(const WriteBatch& batch) {
   IDEM_RETURN_IF_ERROR(CheckBatch(batch));
   PendingCommit me;
   me.batch = &batch;
+  Enqueue(&me);
+  return me.status;
+}
+
+void SqliteStore::Enqueue(PendingCommit* pending) {
+  PendingCommit& me = *pending;
   if (!group_commit_) {
     CommitGroup({&me});
-    return me.status;
+    return;
   }
   // Leader/follower: whoever finds no writer at work becomes the leader and
   // writes what is queued (its own batch among it, unless the queue is
@@ -883,7 +929,7 @@ Status SqliteStore::Commit(const WriteBatch& batch) {
   std::unique_lock<std::mutex> lock(queue_mu_);
   queue_.push_back(&me);
   for (;;) {
-    if (me.done) return me.status;
+    if (me.done) return;
     if (leader_active_) {
       queue_cv_.wait(lock);
       continue;
@@ -910,9 +956,18 @@ Status SqliteStore::Commit(const WriteBatch& batch) {
 
 void SqliteStore::CommitGroup(const std::vector<PendingCommit*>& group) {
   const bool single = group.size() == 1;
-  const std::string op = single
-                             ? "Commit to saga " + Quote(group[0]->batch->saga_id)
-                             : "Commit of a group of " + std::to_string(group.size()) + " batches";
+  const std::string op =
+      !single ? "Commit of a group of " + std::to_string(group.size()) + " batches"
+      : group[0]->saga != nullptr ? "CreateIntent " + Quote(group[0]->saga->intent_key)
+                                  : "Commit to saga " + Quote(group[0]->batch->saga_id);
+  // Applies one batch or intent; a non-OK status means roll it back.
+  auto apply = [&](StatementCache& c, PendingCommit* p, int64_t now_ms) {
+    if (p->saga == nullptr) return ApplyBatch(c, *p->batch, now_ms);
+    auto created = ApplyCreate(c, *p->saga);
+    if (!created.ok()) return created.status();
+    p->created = *created;
+    return Status::Ok();
+  };
   auto failure = Guarded<Status>(op, [&]() -> Status {
     std::lock_guard<std::mutex> lock(mu_);
     StatementCache& c = *stmts_;
@@ -921,12 +976,12 @@ void SqliteStore::CommitGroup(const std::vector<PendingCommit*>& group) {
     // Not committed means rolled back, on every return and every throw.
     Tx tx(c, Tx::Mode::kImmediate);
     if (single) {
-      group[0]->status = ApplyBatch(c, *group[0]->batch, now_ms);
+      group[0]->status = apply(c, group[0], now_ms);
       if (!group[0]->status.ok()) return Status::Ok();  // rolled back; the status is set
     } else {
       for (PendingCommit* p : group) {
         c.Exec("SAVEPOINT idem_batch");
-        p->status = ApplyBatch(c, *p->batch, now_ms);
+        p->status = apply(c, p, now_ms);
         if (!p->status.ok()) c.Exec("ROLLBACK TO idem_batch");
         c.Exec("RELEASE idem_batch");
       }
@@ -1104,8 +1159,8 @@ Status SqliteStore::ReleaseLease(const Lease& lease) {
 
 Result<SagaRecord> SqliteStore::LoadSaga(const std::string& saga_id) {
   return Guarded<Result<SagaRecord>>("LoadSaga " + Quote(saga_id), [&]() -> Result<SagaRecord> {
-    std::lock_guard<std::mutex> lock(mu_);
-    StatementCache& c = *stmts_;
+    std::lock_guard<std::mutex> lock(read_mu_);
+    StatementCache& c = *read_stmts_;
     Tx tx(c, Tx::Mode::kDeferred);
     SagaRecord rec;
     {
@@ -1168,8 +1223,8 @@ Result<std::vector<SagaSummary>> SqliteStore::ListSagas(const SagaFilter& filter
         }
         sql += " ORDER BY created_ms DESC, saga_id ASC LIMIT ?";
 
-        std::lock_guard<std::mutex> lock(mu_);
-        Stmt q = stmts_->Get(sql, /*cache=*/filter.states.size() <= kMaxCachedInList);
+        std::lock_guard<std::mutex> lock(read_mu_);
+        Stmt q = read_stmts_->Get(sql, /*cache=*/filter.states.size() <= kMaxCachedInList);
         int i = 1;
         for (const std::string& state : filter.states) q->bind(i++, state);
         q->bind(i, filter.limit);
@@ -1182,8 +1237,8 @@ Result<std::vector<SagaSummary>> SqliteStore::ListSagas(const SagaFilter& filter
 Result<std::vector<JournalEntry>> SqliteStore::ReadJournal(const std::string& saga_id) {
   return Guarded<Result<std::vector<JournalEntry>>>(
       "ReadJournal " + Quote(saga_id), [&]() -> Result<std::vector<JournalEntry>> {
-        std::lock_guard<std::mutex> lock(mu_);
-        StatementCache& c = *stmts_;
+        std::lock_guard<std::mutex> lock(read_mu_);
+        StatementCache& c = *read_stmts_;
         Tx tx(c, Tx::Mode::kDeferred);
         if (!SagaExists(c, saga_id)) return SagaNotFound(saga_id);
         std::vector<JournalEntry> out;
@@ -1211,8 +1266,8 @@ Result<std::vector<JournalEntry>> SqliteStore::ReadJournal(const std::string& sa
 Result<std::vector<EffectRecord>> SqliteStore::ListEffects(const std::string& saga_id) {
   return Guarded<Result<std::vector<EffectRecord>>>(
       "ListEffects " + Quote(saga_id), [&]() -> Result<std::vector<EffectRecord>> {
-        std::lock_guard<std::mutex> lock(mu_);
-        StatementCache& c = *stmts_;
+        std::lock_guard<std::mutex> lock(read_mu_);
+        StatementCache& c = *read_stmts_;
         Tx tx(c, Tx::Mode::kDeferred);
         if (!SagaExists(c, saga_id)) return SagaNotFound(saga_id);
         std::vector<EffectRecord> out;

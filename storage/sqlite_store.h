@@ -147,8 +147,8 @@ class SqliteStore : public Store {
                                                        const std::string& op);
   struct PendingCommit;
 
-  SqliteStore(std::unique_ptr<SQLite::Database> db, int schema_version,
-              const SqliteOptions& options);
+  SqliteStore(std::unique_ptr<SQLite::Database> db, std::unique_ptr<SQLite::Database> reader,
+              int schema_version, const SqliteOptions& options);
 
   // Runs `group` (one batch or several) in one transaction and sets each
   // one's status.
@@ -165,6 +165,11 @@ class SqliteStore : public Store {
   // db_'s prepared statements; declared after db_, so finalized before it
   // is closed.
   std::unique_ptr<sqlite_internal::StatementCache> stmts_;  // GUARDED_BY(mu_)
+  // The connection for reads (LoadSaga, ListSagas, ReadJournal, ListEffects,
+  // known intents), with its own statements.
+  std::mutex read_mu_;
+  std::unique_ptr<SQLite::Database> read_db_;                    // GUARDED_BY(read_mu_)
+  std::unique_ptr<sqlite_internal::StatementCache> read_stmts_;  // GUARDED_BY(read_mu_)
   const int schema_version_;
   Clock* const clock_;
   const bool group_commit_;
