@@ -1270,6 +1270,17 @@ const char* DecisionName(Decision d) {
 
 Result<SagaRecord> Engine::Resolve(const std::string& saga_id, const Resolution& r) {
   if (r.who.empty()) return Status::InvalidArgument("resolve: who decided is required (--as NAME)");
+  // Read, check and write under the saga's lease: a decision taken on a
+  // read made before the claim could write over another driver's progress.
+  auto lease = ClaimForDecision(saga_id);
+  if (!lease.ok()) return lease.status();
+  auto out = ResolveClaimed(*lease, r);
+  if (!out.ok() && out.status().code() != Code::kAborted) Unclaim(*lease);
+  return out;
+}
+
+Result<SagaRecord> Engine::ResolveClaimed(const storage::Lease& lease, const Resolution& r) {
+  const std::string& saga_id = lease.saga_id;
   auto rec = store_->LoadSaga(saga_id);
   if (!rec.ok()) return rec.status();
   if (rec->summary.state != SagaStateName(SagaState::kNeedsAttention)) {
@@ -1382,25 +1393,30 @@ Result<SagaRecord> Engine::Resolve(const std::string& saga_id, const Resolution&
   resumed.event = std::string("saga_") + SagaStateName(saga.state());
   resumed.data = {{"resumed_by", r.who}};
   b.journal.push_back(resumed);
-  auto lease = CommitUnderLease(&b);
-  if (!lease.ok()) return lease.status();
-  return RunLeased(*lease);
+  IDEM_RETURN_IF_ERROR(CommitClaimed(lease, &b));
+  return RunLeased(lease);  // releases the lease
 }
 
-Result<storage::Lease> Engine::CommitUnderLease(storage::WriteBatch* b) {
-  Result<storage::Lease> lease = storage::Lease{b->saga_id, options_.owner, 0, 0};
-  if (options_.use_leases) lease = store_->ClaimSaga(b->saga_id, options_.owner, options_.lease_ms);
-  if (!lease.ok()) return lease.status();
-  b->fence_epoch = lease->epoch;
-  Status committed = store_->Commit(*b);
-  if (!committed.ok()) {
-    if (lease->epoch != 0) (void)store_->ReleaseLease(*lease);
-    return committed;
+Result<storage::Lease> Engine::ClaimForDecision(const std::string& saga_id) {
+  if (!options_.use_leases) return storage::Lease{saga_id, options_.owner, 0, 0};
+  auto lease = store_->ClaimSaga(saga_id, options_.owner, options_.lease_ms);
+  if (!lease.ok() && lease.status().code() == Code::kAborted) {
+    return Status::Unavailable("saga " + saga_id + " is busy; try again");
   }
+  return lease;
+}
+
+void Engine::Unclaim(const storage::Lease& lease) {
+  if (lease.epoch != 0) (void)store_->ReleaseLease(lease);
+}
+
+Status Engine::CommitClaimed(const storage::Lease& lease, storage::WriteBatch* b) {
+  b->fence_epoch = lease.epoch;
+  IDEM_RETURN_IF_ERROR(store_->Commit(*b));
   if (options_.observer) {
     for (const auto& e : b->journal) options_.observer(e);
   }
-  return lease;
+  return Status::Ok();
 }
 
 Result<SagaRecord> Engine::Decide(const std::string& token, const ApprovalDecision& d) {
@@ -1421,6 +1437,20 @@ Result<SagaRecord> Engine::Decide(const std::string& token, const ApprovalDecisi
       (!d.expected_step_id.empty() && d.expected_step_id != claims->step_id)) {
     return mismatch;
   }
+  // Read, check and write under the saga's lease (see Resolve).
+  auto lease = ClaimForDecision(claims->saga_id);
+  if (!lease.ok()) return lease.status();
+  auto out = DecideClaimed(*lease, *claims, d);
+  if (!out.ok() && out.status().code() != Code::kAborted) Unclaim(*lease);
+  return out;
+}
+
+Result<SagaRecord> Engine::DecideClaimed(const storage::Lease& lease,
+                                         const preview_commit::TokenClaims& claims_in,
+                                         const ApprovalDecision& d) {
+  const preview_commit::TokenClaims* claims = &claims_in;
+  const Status mismatch =
+      Status::FailedPrecondition(std::string(preview_commit::kMismatchedTokenMessage));
   auto rec = store_->LoadSaga(claims->saga_id);
   if (!rec.ok()) return rec.status();
   StepRecord* st = nullptr;
@@ -1442,8 +1472,9 @@ Result<SagaRecord> Engine::Decide(const std::string& token, const ApprovalDecisi
     }
     if (rec->summary.state == SagaStateName(SagaState::kRunning) ||
         rec->summary.state == SagaStateName(SagaState::kAwaitingApproval)) {
-      return Run(claims->saga_id);  // finish what a crash interrupted
+      return RunLeased(lease);  // finish what a crash interrupted
     }
+    Unclaim(lease);
     return rec;
   }
   // The saga may still say running when its driver died between journaling
@@ -1477,15 +1508,9 @@ Result<SagaRecord> Engine::Decide(const std::string& token, const ApprovalDecisi
   b.journal.push_back(je);
   // The decision is written under the saga's lease like any other write,
   // and the same lease then drives the commit.
-  auto lease = CommitUnderLease(&b);
-  if (!lease.ok()) {
-    if (lease.status().code() == Code::kAborted) {
-      return Status::Unavailable("saga " + claims->saga_id + " is busy; try again");
-    }
-    return lease.status();
-  }
+  IDEM_RETURN_IF_ERROR(CommitClaimed(lease, &b));
   IDEM_FAILPOINT("approval.after_commit");
-  auto out = RunLeased(*lease);
+  auto out = RunLeased(lease);
   if (!out.ok() && out.status().code() == Code::kConflict) {
     // Another process spent the token first: report what it recorded.
     return store_->LoadSaga(claims->saga_id);

@@ -161,10 +161,18 @@ class Engine {
   /// Run without the read that answers a finished saga without a lease.
   Result<storage::SagaRecord> Drive(const std::string& saga_id);
   Result<storage::SagaRecord> RunLeased(const storage::Lease& lease);
-  /// Commits `b` under the saga's lease (claimed when leases are used; the
-  /// batch is fenced on it), reports the journal to the observer, and hands
-  /// the lease to the caller to drive on. On failure the lease is released.
-  Result<storage::Lease> CommitUnderLease(storage::WriteBatch* b);
+  /// A person's decision reads the saga, checks it and writes it: all under
+  /// its lease, claimed first (kUnavailable "busy" if another holds it; an
+  /// unfenced lease without leases). The *Claimed parts hand the lease to
+  /// RunLeased, which releases it; on their errors the caller releases it.
+  Result<storage::Lease> ClaimForDecision(const std::string& saga_id);
+  void Unclaim(const storage::Lease& lease);
+  Result<storage::SagaRecord> ResolveClaimed(const storage::Lease& lease, const Resolution& r);
+  Result<storage::SagaRecord> DecideClaimed(const storage::Lease& lease,
+                                            const preview_commit::TokenClaims& claims,
+                                            const ApprovalDecision& d);
+  /// Commits `b` fenced on `lease` and reports its journal to the observer.
+  Status CommitClaimed(const storage::Lease& lease, storage::WriteBatch* b);
   /// ParseSpec, memoized by the spec's text: a saga's plan is frozen, and
   /// schema validation is the largest CPU cost of a drive.
   Result<SagaSpec> CachedSpec(const Json& spec);

@@ -965,6 +965,9 @@ TEST_F(TwoPhaseTest, StaleCommitRollsBackWhenThePolicySaysSo) {
   EXPECT_EQ(Applied(rec.steps[1].step_key), 0);
 }
 
+// Several processes share a journal through leases (one engine each here,
+// as on PostgreSQL; the CLI on SQLite holds a file lock instead): without
+// either, two drivers of one saga are outside the engine's contract.
 TEST_F(TwoPhaseTest, TwoProcessesApprovingAtOnceMakeOneEffect) {
   auto waiting = SubmitAndRun(PaySpec({{"approval", "human"}}));
   ASSERT_EQ(waiting.summary.state, "awaiting_approval");
@@ -972,7 +975,7 @@ TEST_F(TwoPhaseTest, TwoProcessesApprovingAtOnceMakeOneEffect) {
   std::atomic<int> ok{0};
   for (int t = 0; t < 4; ++t) {
     threads.emplace_back([&] {
-      Engine e = MakeEngine();
+      Engine e = MakeEngine(/*use_leases=*/true);
       auto r = e.Decide(TokenOf(waiting), Approve());
       if (r.ok()) ++ok;
     });
