@@ -220,34 +220,26 @@ constexpr Statement kReleaseFenced = {
     "release_fenced",
     "UPDATE sagas SET lease_expires_ms = 0 WHERE saga_id = $1 AND lease_epoch = $2"
     " RETURNING txid_current()"};
-constexpr Statement kUpsertStep = {
-    "upsert_step",
-    "INSERT INTO steps (saga_id, idx, step_id, tool, state, attempt, step_key, args,"
-    " args_fingerprint, result, external_ref, error, comp_attempt, comp_result, updated_ms,"
-    " phase) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)"
-    " ON CONFLICT (saga_id, idx) DO UPDATE SET"
-    " step_id = excluded.step_id, tool = excluded.tool, state = excluded.state,"
-    " attempt = excluded.attempt, step_key = excluded.step_key, args = excluded.args,"
-    " args_fingerprint = excluded.args_fingerprint, result = excluded.result,"
-    " external_ref = excluded.external_ref, error = excluded.error,"
-    " comp_attempt = excluded.comp_attempt, comp_result = excluded.comp_result,"
-    " updated_ms = excluded.updated_ms, phase = excluded.phase"};
+// Upserts a step: $1 saga, $2 index, $3..$16 the row's columns.
+#define IDEM_UPSERT_STEP_SQL                                                               \
+  "INSERT INTO steps (saga_id, idx, step_id, tool, state, attempt, step_key, args,"        \
+  " args_fingerprint, result, external_ref, error, comp_attempt, comp_result, updated_ms," \
+  " phase) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)" \
+  " ON CONFLICT (saga_id, idx) DO UPDATE SET"                                              \
+  " step_id = excluded.step_id, tool = excluded.tool, state = excluded.state,"             \
+  " attempt = excluded.attempt, step_key = excluded.step_key, args = excluded.args,"       \
+  " args_fingerprint = excluded.args_fingerprint, result = excluded.result,"               \
+  " external_ref = excluded.external_ref, error = excluded.error,"                         \
+  " comp_attempt = excluded.comp_attempt, comp_result = excluded.comp_result,"             \
+  " updated_ms = excluded.updated_ms, phase = excluded.phase"
+constexpr Statement kUpsertStep = {"upsert_step", IDEM_UPSERT_STEP_SQL};
 // kUpsertStep and one journal entry ($17..$20) in one statement. Only the
 // step can conflict (journal.seq is a sequence's).
 constexpr Statement kUpsertStepAndJournal = {
     "upsert_step_and_journal",
     "WITH j AS (INSERT INTO journal (saga_id, step_id, event, data, at_ms)"
-    " VALUES ($1, $17, $18, $19, $20))"
-    " INSERT INTO steps (saga_id, idx, step_id, tool, state, attempt, step_key, args,"
-    " args_fingerprint, result, external_ref, error, comp_attempt, comp_result, updated_ms,"
-    " phase) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)"
-    " ON CONFLICT (saga_id, idx) DO UPDATE SET"
-    " step_id = excluded.step_id, tool = excluded.tool, state = excluded.state,"
-    " attempt = excluded.attempt, step_key = excluded.step_key, args = excluded.args,"
-    " args_fingerprint = excluded.args_fingerprint, result = excluded.result,"
-    " external_ref = excluded.external_ref, error = excluded.error,"
-    " comp_attempt = excluded.comp_attempt, comp_result = excluded.comp_result,"
-    " updated_ms = excluded.updated_ms, phase = excluded.phase"};
+    " VALUES ($1, $17, $18, $19, $20)) " IDEM_UPSERT_STEP_SQL};
+#undef IDEM_UPSERT_STEP_SQL
 constexpr Statement kConsumeToken = {
     "consume_token",
     "INSERT INTO consumed_tokens (nonce, saga_id, step_id, at_ms) VALUES ($1, $2, $3, $4)"};

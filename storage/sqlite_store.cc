@@ -767,28 +767,33 @@ Status ApplyBatch(StatementCache& c, const WriteBatch& batch, int64_t now_ms) {
   for (const StepRecord& s : batch.steps) {
     // The usual case: the row exists with this key. Leaving step_key (and
     // the key columns) out of the SET spares a write to its unique index.
+    // Both statements number their parameters alike: ?1 saga, ?2 index,
+    // ?3.. the row's columns in table order.
+    auto bind = [&](Stmt& st) {
+      st->bind(1, batch.saga_id);
+      st->bind(2, s.index);
+      st->bind(3, s.step_id);
+      st->bind(4, s.tool);
+      st->bind(5, s.state);
+      st->bind(6, s.attempt);
+      st->bind(7, s.step_key);
+      BindJson(*st, 8, s.args);
+      st->bind(9, s.args_fingerprint);
+      BindJson(*st, 10, s.result);
+      st->bind(11, s.external_ref);
+      st->bind(12, s.error);
+      st->bind(13, s.comp_attempt);
+      BindJson(*st, 14, s.comp_result);
+      st->bind(15, static_cast<int64_t>(s.updated_ms));
+      BindJson(*st, 16, s.phase);
+    };
     {
       Stmt up = c.Get(
-          "UPDATE steps SET step_id = ?, tool = ?, state = ?, attempt = ?, args = ?,"
-          " args_fingerprint = ?, result = ?, external_ref = ?, error = ?, comp_attempt = ?,"
-          " comp_result = ?, updated_ms = ?, phase = ?"
-          " WHERE saga_id = ? AND idx = ? AND step_key = ?");
-      up->bind(1, s.step_id);
-      up->bind(2, s.tool);
-      up->bind(3, s.state);
-      up->bind(4, s.attempt);
-      BindJson(*up, 5, s.args);
-      up->bind(6, s.args_fingerprint);
-      BindJson(*up, 7, s.result);
-      up->bind(8, s.external_ref);
-      up->bind(9, s.error);
-      up->bind(10, s.comp_attempt);
-      BindJson(*up, 11, s.comp_result);
-      up->bind(12, static_cast<int64_t>(s.updated_ms));
-      BindJson(*up, 13, s.phase);
-      up->bind(14, batch.saga_id);
-      up->bind(15, s.index);
-      up->bind(16, s.step_key);
+          "UPDATE steps SET step_id = ?3, tool = ?4, state = ?5, attempt = ?6, args = ?8,"
+          " args_fingerprint = ?9, result = ?10, external_ref = ?11, error = ?12,"
+          " comp_attempt = ?13, comp_result = ?14, updated_ms = ?15, phase = ?16"
+          " WHERE saga_id = ?1 AND idx = ?2 AND step_key = ?7");
+      bind(up);
       if (up->exec() == 1) continue;
     }
     // A new row, or a new key for it.
@@ -796,7 +801,7 @@ Status ApplyBatch(StatementCache& c, const WriteBatch& batch, int64_t now_ms) {
         "INSERT INTO steps (saga_id, idx, step_id, tool, state, attempt, step_key, args,"
         " args_fingerprint, result, external_ref, error, comp_attempt, comp_result, updated_ms,"
         " phase)"
-        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+        " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)"
         " ON CONFLICT (saga_id, idx) DO UPDATE SET"
         " step_id = excluded.step_id, tool = excluded.tool, state = excluded.state,"
         " attempt = excluded.attempt, step_key = excluded.step_key, args = excluded.args,"
@@ -804,22 +809,7 @@ Status ApplyBatch(StatementCache& c, const WriteBatch& batch, int64_t now_ms) {
         " external_ref = excluded.external_ref, error = excluded.error,"
         " comp_attempt = excluded.comp_attempt, comp_result = excluded.comp_result,"
         " updated_ms = excluded.updated_ms, phase = excluded.phase");
-    up->bind(1, batch.saga_id);
-    up->bind(2, s.index);
-    up->bind(3, s.step_id);
-    up->bind(4, s.tool);
-    up->bind(5, s.state);
-    up->bind(6, s.attempt);
-    up->bind(7, s.step_key);
-    BindJson(*up, 8, s.args);
-    up->bind(9, s.args_fingerprint);
-    BindJson(*up, 10, s.result);
-    up->bind(11, s.external_ref);
-    up->bind(12, s.error);
-    up->bind(13, s.comp_attempt);
-    BindJson(*up, 14, s.comp_result);
-    up->bind(15, static_cast<int64_t>(s.updated_ms));
-    BindJson(*up, 16, s.phase);
+    bind(up);
     try {
       up->exec();
     } catch (const SQLite::Exception& e) {

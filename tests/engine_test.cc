@@ -228,6 +228,19 @@ class EngineTest : public ::testing::Test {
     return *spec;
   }
 
+  // Submits and runs `spec` with an engine writing through `log`.
+  Result<storage::SagaRecord> RunLogged(TransactionLog* log, const SagaSpec& spec,
+                                        bool use_leases = false) {
+    EngineOptions o;
+    o.clock = &clock_;
+    o.use_leases = use_leases;
+    o.owner = "engine-1";
+    Engine e(log, &tools_, o);
+    auto sub = e.Submit(spec, {{"who", "ana"}}, "intent-1");
+    if (!sub.ok()) return sub.status();
+    return e.Run(sub->saga_id);
+  }
+
   storage::SagaRecord SubmitAndRun(const SagaSpec& spec, const std::string& key = "intent-1") {
     Engine e = MakeEngine();
     auto sub = e.Submit(spec, {{"who", "ana"}}, key);
@@ -283,13 +296,7 @@ class EngineTest : public ::testing::Test {
 // next `submitted`; a three-step saga of keyed tools commits 5 times.
 TEST_F(EngineTest, OutcomesOfKeyedStepsShareTheNextSubmittedTransaction) {
   TransactionLog log(store_.get());
-  EngineOptions o;
-  o.clock = &clock_;
-  o.use_leases = false;
-  Engine e(&log, &tools_, o);
-  auto sub = e.Submit(Spec(), {{"who", "ana"}}, "intent-1");
-  ASSERT_TRUE(sub.ok()) << sub.status().ToString();
-  auto rec = e.Run(sub->saga_id);
+  auto rec = RunLogged(&log, Spec());
   ASSERT_TRUE(rec.ok()) << rec.status().ToString();
   EXPECT_EQ(rec->summary.state, "succeeded");
   const std::vector<std::vector<std::string>> want = {{"intent"},
@@ -304,21 +311,14 @@ TEST_F(EngineTest, OutcomesOfKeyedStepsShareTheNextSubmittedTransaction) {
 // up in its own transaction: no separate release.
 TEST_F(EngineTest, LeasedDriveGivesItsLeaseUpWithItsLastWrite) {
   TransactionLog log(store_.get());
-  EngineOptions o;
-  o.clock = &clock_;
-  o.use_leases = true;
-  o.owner = "engine-1";
-  Engine e(&log, &tools_, o);
-  auto sub = e.Submit(Spec(), {{"who", "ana"}}, "intent-1");
-  ASSERT_TRUE(sub.ok()) << sub.status().ToString();
-  auto rec = e.Run(sub->saga_id);
+  auto rec = RunLogged(&log, Spec(), /*use_leases=*/true);
   ASSERT_TRUE(rec.ok()) << rec.status().ToString();
   EXPECT_EQ(rec->summary.state, "succeeded");
   EXPECT_TRUE(log.last_commit_released);
   EXPECT_EQ(log.releases, 0);
   ASSERT_FALSE(log.commits.empty());
   EXPECT_EQ(log.commits.back().back(), ":saga_succeeded");
-  auto other = store_->ClaimSaga(sub->saga_id, "engine-2", 60'000);
+  auto other = store_->ClaimSaga(rec->summary.saga_id, "engine-2", 60'000);
   EXPECT_TRUE(other.ok()) << "the lease should be free: " << other.status().ToString();
 }
 
@@ -326,13 +326,7 @@ TEST_F(EngineTest, LeasedDriveGivesItsLeaseUpWithItsLastWrite) {
 // so it is committed on its own, at once.
 TEST_F(EngineTest, OutcomeOfAToolWithoutKeysOrStatusIsCommittedAtOnce) {
   TransactionLog log(store_.get());
-  EngineOptions o;
-  o.clock = &clock_;
-  o.use_leases = false;
-  Engine e(&log, &tools_, o);
-  auto sub = e.Submit(Spec("neither.do"), {{"who", "ana"}}, "intent-1");
-  ASSERT_TRUE(sub.ok()) << sub.status().ToString();
-  auto rec = e.Run(sub->saga_id);
+  auto rec = RunLogged(&log, Spec("neither.do"));
   ASSERT_TRUE(rec.ok()) << rec.status().ToString();
   EXPECT_EQ(rec->summary.state, "succeeded");
   const std::vector<std::string> alone = {"second:succeeded"};
