@@ -84,23 +84,28 @@ class SagaRun {
   // flush, which comes before any call to the outside world (every
   // `submitted` is flushed at once), before a drive ends, and at terminal
   // states. Only writes whose loss a recovery settles without a person are
-  // staged alone (see Deferrable).
+  // staged alone (see OutcomeDurability).
   Status Commit(WriteBatch batch);
   void Stage(WriteBatch batch);
   Status Flush();
-  /// A step's `succeeded` may wait for the next flush when losing it in a
-  /// crash costs only a status lookup or a same-key resend, and that resend
-  /// would not be the one that exhausts the attempts.
-  static bool Deferrable(const ToolInfo& info, int attempt) {
-    return attempt == 1 && (info.honours_keys || info.has_status);
-  }
   enum class Durable { kNow, kWithNextFlush };
+  /// Whether losing a record of the tool's call in a crash leaves only what
+  /// the `submitted` before it did: a state a status lookup or a same-key
+  /// resend settles without a person.
+  static bool SettledWithoutAPerson(const ToolInfo& info) {
+    return info.honours_keys || info.has_status;
+  }
+  /// A step's `succeeded` (a compensation's `compensated`) may wait for the
+  /// next flush when it is settled without a person and the first attempt: a
+  /// lost later one could spend the attempt that ends the step.
+  static Durable OutcomeDurability(const ToolInfo& info, int attempt) {
+    return attempt == 1 && SettledWithoutAPerson(info) ? Durable::kWithNextFlush : Durable::kNow;
+  }
   /// `unknown` changes nothing a recovery would do differently from the
-  /// `submitted` before it, where a lookup or a same-key resend settles it
-  /// (the resend's own `submitted` is flushed before it is sent).
-  static Durable UnknownDurability(Tool& tool) {
-    return tool.info().honours_keys || tool.info().has_status ? Durable::kWithNextFlush
-                                                              : Durable::kNow;
+  /// `submitted` before it (the resend's own `submitted` is flushed before
+  /// it is sent).
+  static Durable UnknownDurability(const ToolInfo& info) {
+    return SettledWithoutAPerson(info) ? Durable::kWithNextFlush : Durable::kNow;
   }
   Status CommitStep(const StepRecord& st, const std::string& event, Json data,
                     std::vector<storage::EffectRecord> effects = {},
@@ -551,8 +556,8 @@ Result<StepEnd> SagaRun::DriveStep(int index, bool rolling_back) {
       // Found after a crash: the call may have happened.
       outcome = ToolOutcome::Unknown("recovered: submitted without a recorded outcome");
       IDEM_RETURN_IF_ERROR(fire(StepEvent::kOutcomeUnknown));
-      IDEM_RETURN_IF_ERROR(
-          CommitStep(st, "unknown", {{"reason", outcome.error}}, {}, UnknownDurability(*tool)));
+      IDEM_RETURN_IF_ERROR(CommitStep(st, "unknown", {{"reason", outcome.error}}, {},
+                                      UnknownDurability(tool->info())));
       IDEM_FAILPOINT("unknown.after_recorded");
       break;
     }
@@ -609,7 +614,7 @@ Result<StepEnd> SagaRun::DriveStep(int index, bool rolling_back) {
             st.error = outcome.error;
             IDEM_RETURN_IF_ERROR(fire(StepEvent::kOutcomeUnknown));
             IDEM_RETURN_IF_ERROR(CommitStep(st, "unknown", {{"reason", outcome.error}}, {},
-                                            UnknownDurability(*tool)));
+                                            UnknownDurability(tool->info())));
             IDEM_FAILPOINT("unknown.after_recorded");
             break;
         }
@@ -654,9 +659,8 @@ Result<StepEnd> SagaRun::DriveStep(int index, bool rolling_back) {
         Json data = {{"attempt", st.attempt}, {"result", st.result}};
         if (!st.external_ref.empty()) data["external_ref"] = st.external_ref;
         if (by_status) data["resolved_by"] = "status_lookup";
-        IDEM_RETURN_IF_ERROR(CommitStep(
-            st, "succeeded", data, {eff},
-            Deferrable(tool->info(), st.attempt) ? Durable::kWithNextFlush : Durable::kNow));
+        IDEM_RETURN_IF_ERROR(
+            CommitStep(st, "succeeded", data, {eff}, OutcomeDurability(tool->info(), st.attempt)));
         IDEM_FAILPOINT("step.after_outcome");
         return StepEnd::kSucceeded;
       }
@@ -953,9 +957,9 @@ Result<UndoEnd> SagaRun::DriveUndo(int index) {
         eff.result = outcome.result;
         eff.external_ref = outcome.external_ref;
         eff.at_ms = options_.clock->NowMs();
-        IDEM_RETURN_IF_ERROR(CommitStep(
-            st, "compensated", {{"attempt", st.comp_attempt}, {"result", outcome.result}}, {eff},
-            Deferrable(info, st.comp_attempt) ? Durable::kWithNextFlush : Durable::kNow));
+        IDEM_RETURN_IF_ERROR(CommitStep(st, "compensated",
+                                        {{"attempt", st.comp_attempt}, {"result", outcome.result}},
+                                        {eff}, OutcomeDurability(info, st.comp_attempt)));
         IDEM_FAILPOINT("compensation.after_outcome");
         return UndoEnd::kUndone;
       }
@@ -1148,12 +1152,7 @@ Result<SagaRecord> Engine::Run(const std::string& saga_id) {
 }
 
 Result<SagaRecord> Engine::Drive(const std::string& saga_id) {
-  if (!options_.use_leases) {
-    storage::Lease none;  // epoch 0: unfenced, nothing to renew or release
-    none.saga_id = saga_id;
-    return RunLeased(none);
-  }
-  auto lease = store_->ClaimSaga(saga_id, options_.owner, options_.lease_ms);
+  auto lease = Claim(saga_id);
   if (!lease.ok()) {
     if (lease.status().code() == Code::kAborted) {
       return Status::Aborted("saga " + saga_id + " is being driven by another worker");
@@ -1162,6 +1161,39 @@ Result<SagaRecord> Engine::Drive(const std::string& saga_id) {
   }
   return RunLeased(*lease);
 }
+
+Result<storage::Lease> Engine::Claim(const std::string& saga_id) {
+  // Without leases: epoch 0, unfenced, nothing to renew or release.
+  if (!options_.use_leases) return storage::Lease{saga_id, options_.owner, 0, 0};
+  return store_->ClaimSaga(saga_id, options_.owner, options_.lease_ms);
+}
+
+namespace {
+
+// A lease claimed for a person's decision: released on every way out but
+// the one that hands it to RunLeased (which releases it itself).
+class ClaimedLease {
+ public:
+  ClaimedLease(storage::Store* store, storage::Lease lease)
+      : store_(store), lease_(std::move(lease)) {}
+  ~ClaimedLease() {
+    if (!handed_ && lease_.epoch != 0) (void)store_->ReleaseLease(lease_);
+  }
+  ClaimedLease(const ClaimedLease&) = delete;
+  ClaimedLease& operator=(const ClaimedLease&) = delete;
+  const storage::Lease& lease() const { return lease_; }
+  const storage::Lease& Hand() {
+    handed_ = true;
+    return lease_;
+  }
+
+ private:
+  storage::Store* store_;
+  storage::Lease lease_;
+  bool handed_ = false;
+};
+
+}  // namespace
 
 Result<SagaRecord> Engine::RunLeased(const storage::Lease& lease) {
   const std::string& saga_id = lease.saga_id;
@@ -1272,15 +1304,9 @@ Result<SagaRecord> Engine::Resolve(const std::string& saga_id, const Resolution&
   if (r.who.empty()) return Status::InvalidArgument("resolve: who decided is required (--as NAME)");
   // Read, check and write under the saga's lease: a decision taken on a
   // read made before the claim could write over another driver's progress.
-  auto lease = ClaimForDecision(saga_id);
-  if (!lease.ok()) return lease.status();
-  auto out = ResolveClaimed(*lease, r);
-  if (!out.ok() && out.status().code() != Code::kAborted) Unclaim(*lease);
-  return out;
-}
-
-Result<SagaRecord> Engine::ResolveClaimed(const storage::Lease& lease, const Resolution& r) {
-  const std::string& saga_id = lease.saga_id;
+  auto claimed = ClaimForDecision(saga_id);
+  if (!claimed.ok()) return claimed.status();
+  ClaimedLease lease(store_, *claimed);
   auto rec = store_->LoadSaga(saga_id);
   if (!rec.ok()) return rec.status();
   if (rec->summary.state != SagaStateName(SagaState::kNeedsAttention)) {
@@ -1393,21 +1419,16 @@ Result<SagaRecord> Engine::ResolveClaimed(const storage::Lease& lease, const Res
   resumed.event = std::string("saga_") + SagaStateName(saga.state());
   resumed.data = {{"resumed_by", r.who}};
   b.journal.push_back(resumed);
-  IDEM_RETURN_IF_ERROR(CommitClaimed(lease, &b));
-  return RunLeased(lease);  // releases the lease
+  IDEM_RETURN_IF_ERROR(CommitClaimed(lease.lease(), &b));
+  return RunLeased(lease.Hand());
 }
 
 Result<storage::Lease> Engine::ClaimForDecision(const std::string& saga_id) {
-  if (!options_.use_leases) return storage::Lease{saga_id, options_.owner, 0, 0};
-  auto lease = store_->ClaimSaga(saga_id, options_.owner, options_.lease_ms);
+  auto lease = Claim(saga_id);
   if (!lease.ok() && lease.status().code() == Code::kAborted) {
     return Status::Unavailable("saga " + saga_id + " is busy; try again");
   }
   return lease;
-}
-
-void Engine::Unclaim(const storage::Lease& lease) {
-  if (lease.epoch != 0) (void)store_->ReleaseLease(lease);
 }
 
 Status Engine::CommitClaimed(const storage::Lease& lease, storage::WriteBatch* b) {
@@ -1438,19 +1459,9 @@ Result<SagaRecord> Engine::Decide(const std::string& token, const ApprovalDecisi
     return mismatch;
   }
   // Read, check and write under the saga's lease (see Resolve).
-  auto lease = ClaimForDecision(claims->saga_id);
-  if (!lease.ok()) return lease.status();
-  auto out = DecideClaimed(*lease, *claims, d);
-  if (!out.ok() && out.status().code() != Code::kAborted) Unclaim(*lease);
-  return out;
-}
-
-Result<SagaRecord> Engine::DecideClaimed(const storage::Lease& lease,
-                                         const preview_commit::TokenClaims& claims_in,
-                                         const ApprovalDecision& d) {
-  const preview_commit::TokenClaims* claims = &claims_in;
-  const Status mismatch =
-      Status::FailedPrecondition(std::string(preview_commit::kMismatchedTokenMessage));
+  auto claimed = ClaimForDecision(claims->saga_id);
+  if (!claimed.ok()) return claimed.status();
+  ClaimedLease lease(store_, *claimed);
   auto rec = store_->LoadSaga(claims->saga_id);
   if (!rec.ok()) return rec.status();
   StepRecord* st = nullptr;
@@ -1472,9 +1483,8 @@ Result<SagaRecord> Engine::DecideClaimed(const storage::Lease& lease,
     }
     if (rec->summary.state == SagaStateName(SagaState::kRunning) ||
         rec->summary.state == SagaStateName(SagaState::kAwaitingApproval)) {
-      return RunLeased(lease);  // finish what a crash interrupted
+      return RunLeased(lease.Hand());  // finish what a crash interrupted
     }
-    Unclaim(lease);
     return rec;
   }
   // The saga may still say running when its driver died between journaling
@@ -1508,9 +1518,9 @@ Result<SagaRecord> Engine::DecideClaimed(const storage::Lease& lease,
   b.journal.push_back(je);
   // The decision is written under the saga's lease like any other write,
   // and the same lease then drives the commit.
-  IDEM_RETURN_IF_ERROR(CommitClaimed(lease, &b));
+  IDEM_RETURN_IF_ERROR(CommitClaimed(lease.lease(), &b));
   IDEM_FAILPOINT("approval.after_commit");
-  auto out = RunLeased(lease);
+  auto out = RunLeased(lease.Hand());
   if (!out.ok() && out.status().code() == Code::kConflict) {
     // Another process spent the token first: report what it recorded.
     return store_->LoadSaga(claims->saga_id);

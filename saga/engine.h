@@ -161,16 +161,11 @@ class Engine {
   /// Run without the read that answers a finished saga without a lease.
   Result<storage::SagaRecord> Drive(const std::string& saga_id);
   Result<storage::SagaRecord> RunLeased(const storage::Lease& lease);
-  /// A person's decision reads the saga, checks it and writes it: all under
-  /// its lease, claimed first (kUnavailable "busy" if another holds it; an
-  /// unfenced lease without leases). The *Claimed parts hand the lease to
-  /// RunLeased, which releases it; on their errors the caller releases it.
+  /// The saga's lease (an unfenced one, epoch 0, without leases).
+  Result<storage::Lease> Claim(const std::string& saga_id);
+  /// Claim for a person's decision, which reads the saga, checks it and
+  /// writes it all under the lease: kUnavailable "busy" if another holds it.
   Result<storage::Lease> ClaimForDecision(const std::string& saga_id);
-  void Unclaim(const storage::Lease& lease);
-  Result<storage::SagaRecord> ResolveClaimed(const storage::Lease& lease, const Resolution& r);
-  Result<storage::SagaRecord> DecideClaimed(const storage::Lease& lease,
-                                            const preview_commit::TokenClaims& claims,
-                                            const ApprovalDecision& d);
   /// Commits `b` fenced on `lease` and reports its journal to the observer.
   Status CommitClaimed(const storage::Lease& lease, storage::WriteBatch* b);
   /// ParseSpec, memoized by the spec's text: a saga's plan is frozen, and
