@@ -1039,15 +1039,9 @@ Result<T> PgStore::Run(const std::string& op, Access access, Body&& body) {
                                         " lost while COMMIT was in flight");
           pending.emplace(std::move(r));
           next = Next::kResolve;
-        } else if (access == Access::kOneStatement) {
+        } else {
           pqxx::nontransaction tx(c->conn);
           return CallBody<T>(body, tx, nullptr);
-        } else {
-          pqxx::transaction<pqxx::repeatable_read, pqxx::read_only> tx(c->conn);
-          Result<T> r = CallBody<T>(body, tx, nullptr);
-          if (!r.ok()) return r;
-          tx.commit();
-          return r;
         }
       } catch (const std::exception& e) {
         const bool lost =

@@ -182,10 +182,10 @@ class PgStore : public Store {
   PgStore(PgOptions options, std::unique_ptr<Pool> pool, int schema_version);
 
   // How Run runs a body: a READ COMMITTED write transaction (its outcome
-  // resolved through txid_status if COMMIT is lost); a REPEATABLE READ READ
-  // ONLY snapshot; or one statement on its own (autocommit: no BEGIN, no
-  // COMMIT, no transaction id), which is its own snapshot.
-  enum class Access { kWrite, kSnapshot, kOneStatement };
+  // resolved through txid_status if COMMIT is lost), or one statement on its
+  // own (autocommit: no BEGIN, no COMMIT, no transaction id), which is its
+  // own snapshot.
+  enum class Access { kWrite, kOneStatement };
 
   template <typename T, typename Body>
   Result<T> Run(const std::string& op, Access access, Body&& body);
