@@ -1005,6 +1005,21 @@ SqliteStats SqliteStore::Stats() const {
 // processes are serialised by the database write lock: no saga is claimed
 // twice, and the epoch read back is the one written.
 
+namespace {
+
+// Writes a claim: the lease's owner, expiry and (bumped) epoch.
+void TakeLease(StatementCache& c, const Lease& l) {
+  Stmt up = c.Get(
+      "UPDATE sagas SET lease_owner = ?, lease_expires_ms = ?, lease_epoch = ? WHERE saga_id = ?");
+  up->bind(1, l.owner);
+  up->bind(2, static_cast<int64_t>(l.expires_ms));
+  up->bind(3, static_cast<int64_t>(l.epoch));
+  up->bind(4, l.saga_id);
+  up->exec();
+}
+
+}  // namespace
+
 Result<std::vector<Lease>> SqliteStore::ClaimSagas(const std::vector<std::string>& states,
                                                    const std::string& owner, int64_t lease_ms,
                                                    int limit) {
@@ -1046,17 +1061,7 @@ Result<std::vector<Lease>> SqliteStore::ClaimSagas(const std::vector<std::string
             out.push_back(std::move(l));
           }
         }
-        Stmt up = c.Get(
-            "UPDATE sagas SET lease_owner = ?, lease_expires_ms = ?,"
-            " lease_epoch = ? WHERE saga_id = ?");
-        for (const Lease& l : out) {
-          up->reset();
-          up->bind(1, owner);
-          up->bind(2, static_cast<int64_t>(l.expires_ms));
-          up->bind(3, static_cast<int64_t>(l.epoch));
-          up->bind(4, l.saga_id);
-          up->exec();
-        }
+        for (const Lease& l : out) TakeLease(c, l);
         tx.Commit();
         return out;
       });
@@ -1092,14 +1097,7 @@ Result<Lease> SqliteStore::ClaimSaga(const std::string& saga_id, const std::stri
           l.epoch = q->getColumn(2).getInt64() + 1;
           l.expires_ms = now_ms + lease_ms;
         }
-        Stmt up = c.Get(
-            "UPDATE sagas SET lease_owner = ?, lease_expires_ms = ?,"
-            " lease_epoch = ? WHERE saga_id = ?");
-        up->bind(1, owner);
-        up->bind(2, static_cast<int64_t>(l.expires_ms));
-        up->bind(3, static_cast<int64_t>(l.epoch));
-        up->bind(4, saga_id);
-        up->exec();
+        TakeLease(c, l);
         tx.Commit();
         return l;
       });
