@@ -852,6 +852,12 @@ class CommitSwallowingProxy {
   CommitSwallowingProxy& operator=(CommitSwallowingProxy&&) = delete;
 
   int Port() const { return port_; }
+  /// The URL of `server`'s database through this proxy (no TLS: the proxy
+  /// reads the protocol).
+  std::string Url(UrlParts server) const {
+    server.port = port_;
+    return server.Url() + "?sslmode=disable";
+  }
   enum class Cut { kAfterCommit, kBeforeCommit };
   void Arm(Cut cut = Cut::kAfterCommit) {
     cut_ = cut;
@@ -960,11 +966,9 @@ TEST(PgStoreTest, UnknownCommitThatCommittedIsNotRepeated) {
   UrlParts parts = db.Parts();
   CommitSwallowingProxy proxy(parts.host, parts.port);
   ASSERT_NE(0, proxy.Port());
-  UrlParts via_proxy = parts;
-  via_proxy.port = proxy.Port();
   std::atomic<int> hook_calls{0};
   PgOptions options;
-  options.url = via_proxy.Url() + "?sslmode=disable";
+  options.url = proxy.Url(parts);
   options.before_commit_hook = [&](int) { hook_calls.fetch_add(1); };
   std::unique_ptr<PgStore> store = MustOpen(options);
   ASSERT_NE(store, nullptr);
@@ -1011,11 +1015,9 @@ TEST(PgStoreTest, UnknownCommitStillInProgressIsSettledByEndingTheOldBackend) {
   UrlParts parts = db.Parts();
   CommitSwallowingProxy proxy(parts.host, parts.port);
   ASSERT_NE(0, proxy.Port());
-  UrlParts via_proxy = parts;
-  via_proxy.port = proxy.Port();
   std::atomic<int> hook_calls{0};
   PgOptions options;
-  options.url = via_proxy.Url() + "?sslmode=disable";
+  options.url = proxy.Url(parts);
   options.before_commit_hook = [&](int) { hook_calls.fetch_add(1); };
   std::unique_ptr<PgStore> store = MustOpen(options);
   ASSERT_NE(store, nullptr);
@@ -1046,10 +1048,8 @@ TEST(PgStoreTest, UnknownCommitThatCannotBeResolvedIsUnavailable) {
   UrlParts parts = db.Parts();
   auto proxy = std::make_unique<CommitSwallowingProxy>(parts.host, parts.port);
   ASSERT_NE(0, proxy->Port());
-  UrlParts via_proxy = parts;
-  via_proxy.port = proxy->Port();
   PgOptions options;
-  options.url = via_proxy.Url() + "?sslmode=disable";
+  options.url = proxy->Url(parts);
   options.resolve_timeout_ms = 1000;
   std::unique_ptr<PgStore> store = MustOpen(options);
   ASSERT_NE(store, nullptr);
@@ -1285,9 +1285,7 @@ TEST(PgStoreTest, GroupCommitInDoubtThatCommittedIsNotRepeated) {
   UrlParts parts = db.Parts();
   CommitSwallowingProxy proxy(parts.host, parts.port);
   ASSERT_NE(0, proxy.Port());
-  UrlParts via_proxy = parts;
-  via_proxy.port = proxy.Port();
-  GroupCommitScenario scenario(via_proxy.Url() + "?sslmode=disable", [&](int n, int) {
+  GroupCommitScenario scenario(proxy.Url(parts), [&](int n, int) {
     if (n == 2) proxy.Arm(CommitSwallowingProxy::Cut::kAfterCommit);  // the group's
   });
   ASSERT_NE(scenario.Store(), nullptr);
