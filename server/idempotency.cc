@@ -8,6 +8,8 @@
 
 #include <sqlite3.h>
 
+#include "storage/sqlite_errors.h"
+
 #include "common/json_util.h"
 #include <SQLiteCpp/Database.h>
 #include <SQLiteCpp/Exception.h>
@@ -54,26 +56,7 @@ std::string Upper(std::string s) {
 
 std::string Quote(const std::string& s) { return "\"" + PrintableText(s) + "\""; }
 
-Status FromSqlite(const std::string& op, const SQLite::Exception& e) {
-  int code = e.getErrorCode() & 0xff;
-  if (code == SQLITE_BUSY || code == SQLITE_LOCKED) {
-    return Status::Unavailable(op + ": database is busy (" + e.what() + "); retry later");
-  }
-  return Status::Internal(op + ": sqlite error " + std::to_string(e.getExtendedErrorCode()) + ": " +
-                          e.what());
-}
-
-// Runs `body`; no exception leaves it.
-template <typename R, typename F>
-R Guarded(const std::string& op, F&& body) {
-  try {
-    return body();
-  } catch (const SQLite::Exception& e) {
-    return FromSqlite(op, e);
-  } catch (const std::exception& e) {
-    return Status::Internal(op + ": unexpected error: " + e.what());
-  }
-}
+using sqlite_errors::Guarded;
 
 std::string ColumnBytes(SQLite::Statement& q, int index) {
   SQLite::Column c = q.getColumn(index);

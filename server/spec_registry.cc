@@ -5,6 +5,8 @@
 
 #include <sqlite3.h>
 
+#include "storage/sqlite_errors.h"
+
 #include <SQLiteCpp/Database.h>
 #include <SQLiteCpp/Exception.h>
 #include <SQLiteCpp/Statement.h>
@@ -25,24 +27,7 @@ CREATE TABLE IF NOT EXISTS server_specs (
 );
 )sql";
 
-Status FromSqlite(const std::string& op, const SQLite::Exception& e) {
-  int code = e.getErrorCode() & 0xff;
-  if (code == SQLITE_BUSY || code == SQLITE_LOCKED) {
-    return Status::Unavailable(op + ": database is busy; retry later");
-  }
-  return Status::Internal(op + ": sqlite error: " + e.what());
-}
-
-template <typename R, typename F>
-R Guarded(const std::string& op, F&& body) {
-  try {
-    return body();
-  } catch (const SQLite::Exception& e) {
-    return FromSqlite(op, e);
-  } catch (const std::exception& e) {
-    return Status::Internal(op + ": unexpected error: " + e.what());
-  }
-}
+using sqlite_errors::Guarded;
 
 SpecVersion Row(SQLite::Statement& q) {
   SpecVersion v;

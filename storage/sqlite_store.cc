@@ -13,6 +13,8 @@
 
 #include <sqlite3.h>
 
+#include "storage/sqlite_errors.h"
+
 #include "common/clock.h"
 #include <SQLiteCpp/Database.h>
 #include <SQLiteCpp/Exception.h>
@@ -303,40 +305,9 @@ constexpr std::array<SyncMode, 4> kSyncModes = {{
 
 // ---- Error translation ------------------------------------------------------
 
-// Stored data that cannot be decoded (a corrupt JSON column). Thrown inside
-// this file only and translated at the edge, like SQLite::Exception.
-class DataError : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
-
-int PrimaryCode(const SQLite::Exception& e) { return e.getErrorCode() & 0xff; }
-
-Status FromSqlite(const std::string& op, const SQLite::Exception& e) {
-  int code = PrimaryCode(e);
-  if (code == SQLITE_BUSY || code == SQLITE_LOCKED) {
-    return Status::Unavailable(op + ": database is busy (" + e.what() + "); retry later");
-  }
-  return Status::Internal(op + ": sqlite error " + std::to_string(e.getExtendedErrorCode()) + ": " +
-                          e.what());
-}
-
-// Runs `body` and turns any exception into a Status: nothing thrown by
-// SQLite, the JSON decoder or the standard library leaves a Store method.
-template <typename R, typename F>
-R Guarded(const std::string& op, F&& body) {
-  try {
-    return body();
-  } catch (const SQLite::Exception& e) {
-    return FromSqlite(op, e);
-  } catch (const DataError& e) {
-    return Status::Internal(op + ": " + e.what());
-  } catch (const std::exception& e) {
-    return Status::Internal(op + ": unexpected error: " + e.what());
-  }
-}
-
-bool IsConstraint(const SQLite::Exception& e) { return PrimaryCode(e) == SQLITE_CONSTRAINT; }
+using sqlite_errors::DataError;
+using sqlite_errors::Guarded;
+using sqlite_errors::IsConstraint;
 
 std::string Quote(const std::string& s) { return "\"" + s + "\""; }
 
