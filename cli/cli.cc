@@ -420,16 +420,10 @@ Json PendingApprovals(storage::Store* store, Status* error) {
       return out;
     }
     for (const auto& st : rec->steps) {
-      if (st.state != StepStateName(StepState::kAwaitingApproval) || !st.phase.is_object())
-        continue;
-      out.push_back({{"saga_id", sum.saga_id},
-                     {"intent_key", sum.intent_key},
-                     {"step", st.step_id},
-                     {"tool", st.tool},
-                     {"args", st.args},
-                     {"preview", st.phase.value("preview", Json::object())},
-                     {"expires_at", FormatTimeMs(st.phase.value("expires_ms", int64_t{0}))},
-                     {"token", st.phase.value("token", "")}});
+      auto view = ApprovalView(sum.saga_id, st);
+      if (!view) continue;
+      (*view)["intent_key"] = sum.intent_key;
+      out.push_back(std::move(*view));
     }
   }
   return out;

@@ -1,5 +1,7 @@
 #include "saga/views.h"
 
+#include "saga/states.h"
+
 namespace idem {
 
 Json StepView(const storage::StepRecord& st) {
@@ -33,6 +35,19 @@ Json EffectView(const storage::EffectRecord& e) {
           {"external_ref", e.external_ref},
           {"result", e.result},
           {"at", FormatTimeMs(e.at_ms)}};
+}
+
+std::optional<Json> ApprovalView(const std::string& saga_id, const storage::StepRecord& st) {
+  if (st.state != StepStateName(StepState::kAwaitingApproval) || !st.phase.is_object()) {
+    return std::nullopt;
+  }
+  return Json{{"saga_id", saga_id},
+              {"step", st.step_id},
+              {"tool", st.tool},
+              {"args", st.args},
+              {"preview", st.phase.value("preview", Json::object())},
+              {"expires_at", FormatTimeMs(st.phase.value("expires_ms", int64_t{0}))},
+              {"token", st.phase.value("token", "")}};
 }
 
 }  // namespace idem

@@ -1,7 +1,10 @@
 #pragma once
 // JSON views of journal records, shared by the command line (`status --json`)
 // and the server (`GET /v1/sagas/{id}`) so both show a saga the same way.
-// Commit tokens are never part of a view: they go to approvers only.
+// Commit tokens are part of ApprovalView only: it goes to approvers.
+
+#include <optional>
+#include <string>
 
 #include "storage/store.h"
 
@@ -15,5 +18,10 @@ Json StepView(const storage::StepRecord& st);
 
 /// An effect recorded in the journal.
 Json EffectView(const storage::EffectRecord& e);
+
+/// A commit waiting for a person (the step is awaiting_approval with its
+/// preview), for approvers: saga, step, tool, arguments, preview, deadline
+/// and the commit token. Nullopt for any other step.
+std::optional<Json> ApprovalView(const std::string& saga_id, const storage::StepRecord& st);
 
 }  // namespace idem

@@ -1013,18 +1013,11 @@ struct Server::Impl {
       auto rec = store->LoadSaga(sum.saga_id);
       if (!rec.ok()) return ProblemFor(res, rec.status());
       for (const auto& st : rec->steps) {
-        if (st.state != StepStateName(StepState::kAwaitingApproval) || !st.phase.is_object()) {
-          continue;
-        }
-        out.push_back({{"saga_id", sum.saga_id},
-                       {"requested_by", OwnerOf(sum.intent_key)},
-                       {"spec", sum.spec_name},
-                       {"step", st.step_id},
-                       {"tool", st.tool},
-                       {"args", st.args},
-                       {"preview", st.phase.value("preview", Json::object())},
-                       {"expires_at", FormatTimeMs(st.phase.value("expires_ms", int64_t{0}))},
-                       {"token", st.phase.value("token", "")}});
+        auto view = ApprovalView(sum.saga_id, st);
+        if (!view) continue;
+        (*view)["requested_by"] = OwnerOf(sum.intent_key);
+        (*view)["spec"] = sum.spec_name;
+        out.push_back(std::move(*view));
       }
     }
     SendJson(res, 200, {{"approvals", out}});
