@@ -65,6 +65,19 @@ std::string ColumnBytes(SQLite::Statement& q, int index) {
   return data == nullptr || n <= 0 ? std::string() : std::string(static_cast<const char*>(data), n);
 }
 
+// A row whose first columns are fingerprint, state, status, content_type,
+// body, created_ms.
+IdempotencyRecord ReadRecord(SQLite::Statement& q) {
+  IdempotencyRecord r;
+  r.fingerprint = q.getColumn(0).getString();
+  r.state = q.getColumn(1).getString();
+  r.status = q.getColumn(2).getInt();
+  r.content_type = q.getColumn(3).getString();
+  r.body = ColumnBytes(q, 4);
+  r.created_ms = q.getColumn(5).getInt64();
+  return r;
+}
+
 void BindBytes(SQLite::Statement& st, int index, const std::string& bytes) {
   st.bind(index, bytes.data(), static_cast<int>(bytes.size()));
 }
@@ -243,13 +256,7 @@ Result<IdempotencyLayer::Claim> IdempotencyLayer::TryClaim(const std::string& sc
     q.bind(1, scope);
     q.bind(2, key);
     if (!q.executeStep()) return Status::Internal("the conflicting idempotency row vanished");
-    IdempotencyRecord r;
-    r.fingerprint = q.getColumn(0).getString();
-    r.state = q.getColumn(1).getString();
-    r.status = q.getColumn(2).getInt();
-    r.content_type = q.getColumn(3).getString();
-    r.body = ColumnBytes(q, 4);
-    r.created_ms = q.getColumn(5).getInt64();
+    IdempotencyRecord r = ReadRecord(q);
     const int64_t claimed_ms = q.getColumn(6).getInt64();
     q.reset();
 
@@ -336,14 +343,7 @@ Result<IdempotencyRecord> IdempotencyLayer::Find(const std::string& scope_text,
         q.bind(1, Sha256Hex(scope_text));
         q.bind(2, key);
         if (!q.executeStep()) return Status::NotFound("no idempotency record for this key");
-        IdempotencyRecord r;
-        r.fingerprint = q.getColumn(0).getString();
-        r.state = q.getColumn(1).getString();
-        r.status = q.getColumn(2).getInt();
-        r.content_type = q.getColumn(3).getString();
-        r.body = ColumnBytes(q, 4);
-        r.created_ms = q.getColumn(5).getInt64();
-        return r;
+        return ReadRecord(q);
       });
 }
 
