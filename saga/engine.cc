@@ -113,7 +113,7 @@ class SagaRun {
 
   // ---- saga level
   Status DriveStates();
-  Status FireSaga(SagaEvent event, std::deque<SagaCommand>* queue);
+  Status FireSaga(SagaEvent event, std::deque<SagaCommand>* queue, const SagaFacts& facts = {});
   Status RunNextStep(std::deque<SagaCommand>* queue);
   Status UndoNextStep(std::deque<SagaCommand>* queue);
 
@@ -121,13 +121,14 @@ class SagaRun {
   Result<StepEnd> DriveStep(int index, bool rolling_back);
   Result<PhaseEnd> AdvanceTwoPhase(int index, Tool* tool, StepRecord* st, StepMachine* m,
                                    std::deque<StepCommand>* queue);
-  Status FireStep(StepMachine* m, StepRecord* st, std::deque<StepCommand>* queue, StepEvent e);
+  Status FireStep(StepMachine* m, StepRecord* st, std::deque<StepCommand>* queue, StepEvent e,
+                  const StepFacts& facts = {});
   Status CommitEntries(const StepRecord& st, std::vector<JournalEntry> entries,
                        const std::string& consume_nonce = "");
   Result<UndoEnd> DriveUndo(int index);
   Result<Json> ResolveArgs(int index, const Json& templ, const std::string& where);
   Json Context() const;
-  StepEvent ClassifyFailure(const StepSpec& spec, Tool* tool, const StepRecord& st,
+  StepFacts ClassifyFailure(const StepSpec& spec, Tool* tool, const StepRecord& st,
                             const ToolOutcome& outcome, bool rolling_back);
   StepEvent ResolveUnknown(const StepSpec& spec, Tool* tool, StepRecord* st, ToolOutcome* out,
                            bool rolling_back, bool inherited);
@@ -297,11 +298,11 @@ Status SagaRun::DriveStates() {
 
 // Fires a saga event; terminal and parked states are committed here, with
 // the failpoints around the terminal commit.
-Status SagaRun::FireSaga(SagaEvent event, std::deque<SagaCommand>* queue) {
+Status SagaRun::FireSaga(SagaEvent event, std::deque<SagaCommand>* queue, const SagaFacts& facts) {
   auto current = ParseSagaState(rec_.summary.state);
   if (!current) return Status::Internal("saga has an unknown state");
   SagaMachine saga(*current);
-  auto cmds = saga.Fire(event);
+  auto cmds = saga.Fire(event, facts);
   if (!cmds.ok()) return cmds.status();
   std::string next = SagaStateName(saga.state());
   for (SagaCommand c : *cmds) {
@@ -351,19 +352,17 @@ Status SagaRun::RunNextStep(std::deque<SagaCommand>* queue) {
   int n = static_cast<int>(rec_.steps.size());
   int i = 0;
   while (i < n && rec_.steps[i].state == "succeeded") ++i;
-  if (i == n) return FireSaga(SagaEvent::kStepCompletedLast, queue);
+  if (i == n) return FireSaga(SagaEvent::kStepCompleted, queue, SagaFacts::WithMoreSteps(false));
   auto end = DriveStep(i, /*rolling_back=*/false);
   if (!end.ok()) return end.status();
   switch (*end) {
     case StepEnd::kSucceeded:
-      return FireSaga(i + 1 == n ? SagaEvent::kStepCompletedLast : SagaEvent::kStepCompletedMore,
-                      queue);
+      return FireSaga(SagaEvent::kStepCompleted, queue, SagaFacts::WithMoreSteps(i + 1 < n));
     case StepEnd::kFailed:
       park_reason_ = "step " + rec_.steps[i].step_id + " failed: " + rec_.steps[i].error;
-      return FireSaga(compensation::HasEffectsToUndo(rec_.steps, compensable_)
-                          ? SagaEvent::kStepFailedUndo
-                          : SagaEvent::kStepFailedNothing,
-                      queue);
+      return FireSaga(
+          SagaEvent::kStepFailed, queue,
+          SagaFacts::WithEffectsToUndo(compensation::HasEffectsToUndo(rec_.steps, compensable_)));
     case StepEnd::kParked:
       park_reason_ = "step " + rec_.steps[i].step_id + ": " + rec_.steps[i].error;
       return FireSaga(SagaEvent::kStepParked, queue);
@@ -375,7 +374,7 @@ Status SagaRun::RunNextStep(std::deque<SagaCommand>* queue) {
 
 Status SagaRun::UndoNextStep(std::deque<SagaCommand>* queue) {
   auto item = compensation::NextUndo(rec_.steps, compensable_);
-  if (!item) return FireSaga(SagaEvent::kUndoCompletedLast, queue);
+  if (!item) return FireSaga(SagaEvent::kUndoCompleted, queue, SagaFacts::WithMoreSteps(false));
   int i = item->index;
   if (item->action == compensation::UndoAction::kResolveFirst) {
     auto end = DriveStep(i, /*rolling_back=*/true);
@@ -407,7 +406,7 @@ Status SagaRun::UndoNextStep(std::deque<SagaCommand>* queue) {
     return FireSaga(SagaEvent::kUndoParked, queue);
   }
   bool more = compensation::NextUndo(rec_.steps, compensable_).has_value();
-  return FireSaga(more ? SagaEvent::kUndoCompletedMore : SagaEvent::kUndoCompletedLast, queue);
+  return FireSaga(SagaEvent::kUndoCompleted, queue, SagaFacts::WithMoreSteps(more));
 }
 
 Json SagaRun::Context() const {
@@ -425,19 +424,19 @@ Result<Json> SagaRun::ResolveArgs(int index, const Json& templ, const std::strin
 // A definite failure: keyed retry where policy and the tool allow it.
 // Write tools retry at most once, and only when the tool honours keys or a
 // status lookup confirms the key was not applied.
-StepEvent SagaRun::ClassifyFailure(const StepSpec& spec, Tool* tool, const StepRecord& st,
+StepFacts SagaRun::ClassifyFailure(const StepSpec& spec, Tool* tool, const StepRecord& st,
                                    const ToolOutcome& outcome, bool rolling_back) {
   if (rolling_back || !outcome.retryable || st.attempt >= spec.retry.max_attempts) {
-    return StepEvent::kFailedFinal;
+    return StepFacts::WithRetryAllowed(false);
   }
   const ToolInfo& info = tool->info();
   bool write = info.effect == EffectClass::kWrite || info.effect == EffectClass::kIrreversible;
-  if (!write || info.honours_keys) return StepEvent::kFailedRetryable;
+  if (!write || info.honours_keys) return StepFacts::WithRetryAllowed(true);
   if (info.has_status) {
     LookupOutcome look = tool->Lookup(st.step_key);
-    if (look.kind == LookupKind::kNotApplied) return StepEvent::kFailedRetryable;
+    if (look.kind == LookupKind::kNotApplied) return StepFacts::WithRetryAllowed(true);
   }
-  return StepEvent::kFailedFinal;
+  return StepFacts::WithRetryAllowed(false);
 }
 
 // An unknown outcome: status lookup, else a same-key retry where the tool
@@ -511,8 +510,8 @@ Result<StepEnd> SagaRun::DriveStep(int index, bool rolling_back) {
   // alive (see MarkTakenOver), not by this drive.
   bool inherited =
       taken_over_ && (m.state() == StepState::kSubmitted || m.state() == StepState::kUnknown);
-  auto fire = [&](StepEvent e) -> Status {
-    auto cmds = m.Fire(e);
+  auto fire = [&](StepEvent e, const StepFacts& facts = {}) -> Status {
+    auto cmds = m.Fire(e, facts);
     if (!cmds.ok()) return cmds.status();
     st.state = StepStateName(m.state());
     queue.insert(queue.end(), cmds->begin(), cmds->end());
@@ -530,7 +529,7 @@ Result<StepEnd> SagaRun::DriveStep(int index, bool rolling_back) {
       auto args = ResolveArgs(index, spec.args, "steps[" + std::to_string(index) + "].args");
       if (!args.ok()) {
         st.error = args.status().message();
-        IDEM_RETURN_IF_ERROR(fire(StepEvent::kFailedFinal));
+        IDEM_RETURN_IF_ERROR(fire(StepEvent::kFailed));
         break;  // queue holds kRecordFailed
       }
       st.args = *args;
@@ -608,7 +607,8 @@ Result<StepEnd> SagaRun::DriveStep(int index, bool rolling_back) {
             break;
           case OutcomeKind::kFailed:
             st.error = outcome.error;
-            IDEM_RETURN_IF_ERROR(fire(ClassifyFailure(spec, tool, st, outcome, rolling_back)));
+            IDEM_RETURN_IF_ERROR(
+                fire(StepEvent::kFailed, ClassifyFailure(spec, tool, st, outcome, rolling_back)));
             break;
           case OutcomeKind::kUnknown:
             st.error = outcome.error;
@@ -682,8 +682,8 @@ Result<StepEnd> SagaRun::DriveStep(int index, bool rolling_back) {
 }
 
 Status SagaRun::FireStep(StepMachine* m, StepRecord* st, std::deque<StepCommand>* queue,
-                         StepEvent e) {
-  auto cmds = m->Fire(e);
+                         StepEvent e, const StepFacts& facts) {
+  auto cmds = m->Fire(e, facts);
   if (!cmds.ok()) return cmds.status();
   st->state = StepStateName(m->state());
   queue->insert(queue->end(), cmds->begin(), cmds->end());
@@ -712,7 +712,7 @@ Result<PhaseEnd> SagaRun::AdvanceTwoPhase(int index, Tool* tool, StepRecord* st,
   const std::string& saga_id = rec_.summary.saga_id;
   auto fail = [&](const std::string& why) -> Result<PhaseEnd> {
     st->error = why;
-    IDEM_RETURN_IF_ERROR(FireStep(m, st, queue, StepEvent::kFailedFinal));
+    IDEM_RETURN_IF_ERROR(FireStep(m, st, queue, StepEvent::kFailed));
     return PhaseEnd::kContinue;
   };
   for (int round = 0; round < 2 * kMaxPreviews + 2; ++round) {
@@ -770,7 +770,7 @@ Result<PhaseEnd> SagaRun::AdvanceTwoPhase(int index, Tool* tool, StepRecord* st,
       }
       case StepState::kPreviewed: {
         if (options_.clock->NowMs() >= expires) {
-          IDEM_RETURN_IF_ERROR(FireStep(m, st, queue, StepEvent::kExpiredRePreview));
+          IDEM_RETURN_IF_ERROR(FireStep(m, st, queue, StepEvent::kExpired));
           IDEM_RETURN_IF_ERROR(CommitEntries(*st, {Entry(st->step_id, "token_expired", {})}));
           break;
         }
@@ -795,15 +795,14 @@ Result<PhaseEnd> SagaRun::AdvanceTwoPhase(int index, Tool* tool, StepRecord* st,
         const Json approval = phase.value("approval", Json());
         if (approval.is_null()) {
           if (options_.clock->NowMs() < expires) return PhaseEnd::kWaiting;
-          if (spec.on_expiry == Fallback::kRePreview) {
-            IDEM_RETURN_IF_ERROR(FireStep(m, st, queue, StepEvent::kExpiredRePreview));
-            IDEM_RETURN_IF_ERROR(CommitEntries(
-                *st, {Entry(st->step_id, "approval_expired", {{"then", "re_preview"}})}));
-            break;
-          }
-          st->error = "approval expired at " + FormatTimeMs(expires);
-          IDEM_RETURN_IF_ERROR(FireStep(m, st, queue, StepEvent::kExpiredRollback));
-          return PhaseEnd::kContinue;
+          bool re_preview = spec.on_expiry == Fallback::kRePreview;
+          if (!re_preview) st->error = "approval expired at " + FormatTimeMs(expires);
+          IDEM_RETURN_IF_ERROR(
+              FireStep(m, st, queue, StepEvent::kExpired, StepFacts::WithRePreview(re_preview)));
+          if (m->state() == StepState::kFailed) return PhaseEnd::kContinue;  // kRecordFailed
+          IDEM_RETURN_IF_ERROR(CommitEntries(
+              *st, {Entry(st->step_id, "approval_expired", {{"then", "re_preview"}})}));
+          break;
         }
         if (approval.value("decision", "") != "approved") {
           st->error =
@@ -853,8 +852,8 @@ Result<UndoEnd> SagaRun::DriveUndo(int index) {
 
   std::deque<StepCommand> queue;
   ToolOutcome outcome;
-  auto fire = [&](StepEvent e) -> Status {
-    auto cmds = m.Fire(e);
+  auto fire = [&](StepEvent e, const StepFacts& facts = {}) -> Status {
+    auto cmds = m.Fire(e, facts);
     if (!cmds.ok()) return cmds.status();
     st.state = StepStateName(m.state());
     queue.insert(queue.end(), cmds->begin(), cmds->end());
@@ -890,7 +889,7 @@ Result<UndoEnd> SagaRun::DriveUndo(int index) {
       if (!same_key_safe && !info.has_status) {
         st.error = "compensation outcome unknown after a crash and " + comp.tool +
                    " has neither a status lookup nor idempotency keys";
-        IDEM_RETURN_IF_ERROR(fire(StepEvent::kUndoFailedFinal));
+        IDEM_RETURN_IF_ERROR(fire(StepEvent::kUndoFailed));
         break;
       }
       queue.push_back(StepCommand::kCallCompensation);
@@ -928,8 +927,7 @@ Result<UndoEnd> SagaRun::DriveUndo(int index) {
           st.error =
               "gave up after " + std::to_string(st.comp_attempt) + " attempts: " + outcome.error;
         }
-        IDEM_RETURN_IF_ERROR(
-            fire(retry ? StepEvent::kUndoFailedRetryable : StepEvent::kUndoFailedFinal));
+        IDEM_RETURN_IF_ERROR(fire(StepEvent::kUndoFailed, StepFacts::WithRetryAllowed(retry)));
         break;
       }
       case StepCommand::kScheduleUndoRetry: {
@@ -1409,8 +1407,7 @@ Result<SagaRecord> Engine::Resolve(const std::string& saga_id, const Resolution&
         s.state == "compensating" || s.state == "compensated" || s.state == "compensation_failed";
   }
   SagaMachine saga(SagaState::kNeedsAttention);
-  auto scmds =
-      saga.Fire(rolling_back ? SagaEvent::kOperatorResumedUndo : SagaEvent::kOperatorResumed);
+  auto scmds = saga.Fire(SagaEvent::kOperatorResumed, SagaFacts::WithRollingBack(rolling_back));
   if (!scmds.ok()) return scmds.status();
   b.saga_state = SagaStateName(saga.state());
   b.saga_reason = rec->summary.reason;
