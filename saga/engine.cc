@@ -67,6 +67,11 @@ class SagaRun {
   /// The saga's previous driver may still be alive (a shared store with
   /// leases): a step it left `submitted` may have a call still in flight.
   void MarkTakenOver() { taken_over_ = true; }
+  /// Asked between steps of a running saga: a reason turns it into a
+  /// rollback (the step in progress has finished).
+  void CancelWhen(std::function<std::optional<std::string>()> requested) {
+    cancel_requested_ = std::move(requested);
+  }
 
  private:
   // ---- journal
@@ -147,6 +152,7 @@ class SagaRun {
   WriteBatch staged_;  // written to rec_ already, not yet to the store
   bool has_staged_ = false;
   bool released_ = false;
+  std::function<std::optional<std::string>()> cancel_requested_;
 
   // Before any call to the outside world: the lease must still be ours.
   Status CheckLease() const {
@@ -277,7 +283,7 @@ Status SagaRun::DriveStates() {
     switch (cmd) {
       case SagaCommand::kRunNextStep: {
         std::optional<std::string> cancel;
-        if (options_.cancel_requested) cancel = options_.cancel_requested(rec_.summary.saga_id);
+        if (cancel_requested_) cancel = cancel_requested_();
         if (cancel) {
           park_reason_ = *cancel;
           IDEM_RETURN_IF_ERROR(FireSaga(SagaEvent::kCancelRequested, &queue));
@@ -1200,6 +1206,7 @@ Result<SagaRecord> Engine::RunLeased(const storage::Lease& lease) {
   std::shared_ptr<LeaseRenewer::Held> held;
   if (leased) held = renewer_->Add(lease);
   bool released = false;  // by the drive's last write
+  BeginDrive(saga_id);
   {
     auto rec = store_->LoadSaga(saga_id);
     if (!rec.ok()) {
@@ -1220,6 +1227,7 @@ Result<SagaRecord> Engine::RunLeased(const storage::Lease& lease) {
           // without, the file lock proves the previous driver is gone.
           run.MarkTakenOver();
         }
+        run.CancelWhen([this, &saga_id] { return TakeCancelRequest(saga_id); });
         Status s = run.Drive();
         released = run.released();
         if (s.ok()) {
@@ -1230,6 +1238,7 @@ Result<SagaRecord> Engine::RunLeased(const storage::Lease& lease) {
       }
     }
   }
+  EndDrive(saga_id);
   if (leased) {
     renewer_->Remove(held);
     Status gone = released ? Status::Ok() : store_->ReleaseLease(lease);
@@ -1459,6 +1468,7 @@ Result<SagaRecord> Engine::Decide(const std::string& token, const ApprovalDecisi
   auto claimed = ClaimForDecision(claims->saga_id);
   if (!claimed.ok()) return claimed.status();
   ClaimedLease lease(store_, *claimed);
+  DriveMark driving(this, claims->saga_id);  // a Cancel here records a request
   auto rec = store_->LoadSaga(claims->saga_id);
   if (!rec.ok()) return rec.status();
   StepRecord* st = nullptr;
@@ -1558,6 +1568,188 @@ Result<RecoveryReport> Engine::Recover(int concurrency) {
   worker();
   for (auto& t : threads) t.join();
   return report;
+}
+
+// ---- cancel
+
+struct Engine::CancelBook {
+  std::mutex mu;
+  std::condition_variable cv;                                // a Cancel's write finished
+  std::unordered_map<std::string, int> driving;              // GUARDED_BY(mu) saga -> drives
+  std::unordered_map<std::string, std::thread::id> writing;  // GUARDED_BY(mu) a Cancel writes it
+  std::unordered_map<std::string, std::string> requests;     // GUARDED_BY(mu) saga -> reason
+};
+
+std::shared_ptr<Engine::CancelBook> Engine::NewCancelBook() {
+  return std::make_shared<CancelBook>();
+}
+
+void Engine::BeginDrive(const std::string& saga_id) {
+  std::unique_lock<std::mutex> lock(cancels_->mu);
+  // A Cancel's own rejection (Decide) drives on its thread.
+  cancels_->cv.wait(lock, [&] {
+    auto it = cancels_->writing.find(saga_id);
+    return it == cancels_->writing.end() || it->second == std::this_thread::get_id();
+  });
+  ++cancels_->driving[saga_id];
+}
+
+void Engine::EndDrive(const std::string& saga_id) {
+  std::lock_guard<std::mutex> lock(cancels_->mu);
+  auto it = cancels_->driving.find(saga_id);
+  if (it != cancels_->driving.end() && --it->second == 0) cancels_->driving.erase(it);
+}
+
+std::optional<std::string> Engine::TakeCancelRequest(const std::string& saga_id) {
+  std::lock_guard<std::mutex> lock(cancels_->mu);
+  auto it = cancels_->requests.find(saga_id);
+  if (it == cancels_->requests.end()) return std::nullopt;
+  std::string why = std::move(it->second);
+  cancels_->requests.erase(it);
+  return why;
+}
+
+namespace {
+
+// Marks a saga as written by a Cancel until destruction: drives of it on
+// other threads wait.
+class CancelWrite {
+ public:
+  CancelWrite(std::mutex* mu, std::condition_variable* cv,
+              std::unordered_map<std::string, std::thread::id>* writing, std::string saga_id)
+      : mu_(mu), cv_(cv), writing_(writing), saga_id_(std::move(saga_id)) {}
+  ~CancelWrite() {
+    {
+      std::lock_guard<std::mutex> lock(*mu_);
+      writing_->erase(saga_id_);
+    }
+    cv_->notify_all();
+  }
+  CancelWrite(const CancelWrite&) = delete;
+  CancelWrite& operator=(const CancelWrite&) = delete;
+
+ private:
+  std::mutex* mu_;
+  std::condition_variable* cv_;
+  std::unordered_map<std::string, std::thread::id>* writing_;
+  std::string saga_id_;
+};
+
+}  // namespace
+
+Result<CancelResult> Engine::Cancel(const std::string& saga_id, const CancelRequest& request) {
+  if (request.who.empty()) return Status::InvalidArgument("cancel: who cancels is required");
+  const std::string why = request.reason.empty() ? "cancelled by " + request.who : request.reason;
+  CancelBook& book = *cancels_;
+  {
+    std::unique_lock<std::mutex> lock(book.mu);
+    book.cv.wait(lock, [&] { return book.writing.count(saga_id) == 0; });
+    if (book.driving.count(saga_id) > 0) {
+      // This engine drives it: the drive rolls it back after the step in
+      // progress, instead of a write here racing it.
+      book.requests[saga_id] = why;
+      lock.unlock();
+      auto rec = store_->LoadSaga(saga_id);
+      if (!rec.ok()) return rec.status();
+      return CancelResult{std::move(rec).value(), true};
+    }
+    book.writing[saga_id] = std::this_thread::get_id();
+  }
+  CancelWrite writing(&book.mu, &book.cv, &book.writing, saga_id);
+  auto rec = store_->LoadSaga(saga_id);
+  if (!rec.ok()) return rec.status();
+  auto state = ParseSagaState(rec->summary.state);
+  if (!state) return Status::Internal("unknown saga state");
+  switch (*state) {
+    case SagaState::kPending: {
+      SagaMachine m(SagaState::kPending);
+      auto cmds = m.Fire(SagaEvent::kCancelRequested);
+      if (!cmds.ok()) return cmds.status();
+      auto claimed = Claim(saga_id);
+      if (!claimed.ok()) {
+        return Status::Unavailable("another worker holds the saga: " + claimed.status().message());
+      }
+      {
+        ClaimedLease lease(store_, *claimed);
+        if (claimed->epoch != 0) {
+          // Claimed: the state cannot move under us any more; check it again.
+          auto again = store_->LoadSaga(saga_id);
+          if (!again.ok() || again->summary.state != SagaStateName(SagaState::kPending)) {
+            return Status::Unavailable("the saga left the pending state; ask again");
+          }
+        }
+        WriteBatch b;
+        b.saga_id = saga_id;
+        b.saga_state = SagaStateName(m.state());
+        b.saga_reason = why;
+        JournalEntry je;
+        je.saga_id = saga_id;
+        je.event = std::string("saga_") + SagaStateName(m.state());
+        je.data = {{"reason", why}, {"by", request.who}};
+        je.at_ms = options_.clock->NowMs();
+        b.journal.push_back(std::move(je));
+        IDEM_RETURN_IF_ERROR(CommitClaimed(lease.lease(), &b));
+      }
+      auto done = store_->LoadSaga(saga_id);
+      if (!done.ok()) return done.status();
+      return CancelResult{std::move(done).value(), false};
+    }
+    case SagaState::kAwaitingApproval: {
+      // Rolling back a waiting saga is what rejecting its commit does.
+      std::string token;
+      for (const StepRecord& st : rec->steps) {
+        if (st.state == StepStateName(StepState::kAwaitingApproval) && st.phase.is_object()) {
+          token = st.phase.value("token", "");
+        }
+      }
+      if (token.empty()) {
+        return Status::FailedPrecondition("the saga waits, but no step holds a commit token");
+      }
+      ApprovalDecision d;
+      d.approve = false;
+      d.who = request.who;
+      d.note = why;
+      d.expected_saga_id = saga_id;
+      auto out = Decide(token, d);
+      if (!out.ok()) return out.status();
+      return CancelResult{std::move(out).value(), false};
+    }
+    case SagaState::kRunning: {
+      // Not driven by this engine right now (a worker elsewhere, or between
+      // two drives here): its next drive here rolls it back.
+      std::lock_guard<std::mutex> lock(book.mu);
+      book.requests[saga_id] = why;
+      return CancelResult{std::move(rec).value(), true};
+    }
+    case SagaState::kCompensating:
+    case SagaState::kCancelled:
+      return CancelResult{std::move(rec).value(), false};  // already rolling back, or cancelled
+    default:
+      return Status::FailedPrecondition(
+          "the saga is " + rec->summary.state +
+          "; only a pending saga or one awaiting approval can be cancelled");
+  }
+}
+
+bool NeedsDrive(const SagaRecord& saga, int64_t now_ms) {
+  auto state = ParseSagaState(saga.summary.state);
+  if (!state) return false;
+  switch (*state) {
+    case SagaState::kPending:
+    case SagaState::kRunning:
+    case SagaState::kCompensating:
+      return true;
+    case SagaState::kAwaitingApproval:
+      for (const StepRecord& st : saga.steps) {
+        if (st.state == StepStateName(StepState::kAwaitingApproval) && st.phase.is_object() &&
+            (st.phase.contains("approval") || now_ms >= st.phase.value("expires_ms", int64_t{0}))) {
+          return true;
+        }
+      }
+      return false;
+    default:
+      return false;
+  }
 }
 
 }  // namespace idem

@@ -62,9 +62,6 @@ struct EngineOptions {
   /// When set and true, drives stop between steps (the current step
   /// finishes) and give their leases back: a worker's graceful shutdown.
   const std::atomic<bool>* stop = nullptr;
-  /// Asked between steps of a running saga: true turns it into a rollback
-  /// (the step in progress finishes first). Returns the reason, or nullopt.
-  std::function<std::optional<std::string>(const std::string& saga_id)> cancel_requested;
 };
 
 struct WorkerOptions {
@@ -116,6 +113,22 @@ struct Resolution {
   std::string note;
 };
 
+/// A caller's request to stop a saga and undo what it did.
+struct CancelRequest {
+  std::string who;     ///< required: who cancels
+  std::string reason;  ///< why; "" means "cancelled by <who>"
+};
+
+/// What Engine::Cancel did.
+struct CancelResult {
+  storage::SagaRecord saga;  ///< as it stands after the request
+  /// True: the request is recorded and the saga's driver rolls it back after the
+  /// step in progress (an API answers 202); false: the saga is already settled
+  /// by this call (cancelled, or rejected for a saga awaiting approval) or was
+  /// already rolling back / cancelled.
+  bool rollback_pending = false;
+};
+
 class Engine {
  public:
   /// Neither pointer is owned; both must outlive the engine.
@@ -157,6 +170,21 @@ class Engine {
   /// at a time.
   Result<RecoveryReport> Recover(int concurrency = 4);
 
+  /// Stops a saga and undoes what it did, by its state:
+  ///   pending            cancelled at once (journal `saga_cancelled` {reason, by});
+  ///   awaiting approval  its commit is rejected (Decide), which rolls it back;
+  ///   running            the request is recorded: the drive of this engine
+  ///                      rolls it back after the step in progress (the next
+  ///                      drive, when none is under way: the caller drives it);
+  ///   compensating, cancelled   answered as it stands.
+  /// A saga this engine is driving right now gets the request recorded
+  /// (rollback_pending), whatever the state its record shows. Requests live in
+  /// this engine's memory: another process's drive does not see them.
+  /// kFailedPrecondition if the saga's state cannot be cancelled (finished,
+  /// failed, parked); kUnavailable "busy" if another worker holds its lease;
+  /// kInvalidArgument without `who`; kNotFound for no such saga.
+  Result<CancelResult> Cancel(const std::string& saga_id, const CancelRequest& request);
+
  private:
   /// Run without the read that answers a finished saga without a lease.
   Result<storage::SagaRecord> Drive(const std::string& saga_id);
@@ -173,16 +201,44 @@ class Engine {
   Result<SagaSpec> CachedSpec(const Json& spec);
   struct SpecCache;
   class LeaseRenewer;
+  /// Cancel requests, and the sagas this engine drives right now.
+  struct CancelBook;
+  static std::shared_ptr<CancelBook> NewCancelBook();
+  /// Registers a drive of `saga_id` for Cancel (waits while a Cancel of it
+  /// writes); every BeginDrive is followed by one EndDrive.
+  void BeginDrive(const std::string& saga_id);
+  void EndDrive(const std::string& saga_id);
+  /// The reason of a cancel request for `saga_id`, taken (or nullopt).
+  std::optional<std::string> TakeCancelRequest(const std::string& saga_id);
+  /// BeginDrive ... EndDrive for a scope.
+  class DriveMark {
+   public:
+    DriveMark(Engine* engine, std::string saga_id) : engine_(engine), saga_id_(std::move(saga_id)) {
+      engine_->BeginDrive(saga_id_);
+    }
+    ~DriveMark() { engine_->EndDrive(saga_id_); }
+    DriveMark(const DriveMark&) = delete;
+    DriveMark& operator=(const DriveMark&) = delete;
+
+   private:
+    Engine* engine_;
+    std::string saga_id_;
+  };
 
   storage::Store* store_;
   const ToolRegistry* tools_;
   EngineOptions options_;
   std::shared_ptr<SpecCache> spec_cache_;
   std::shared_ptr<LeaseRenewer> renewer_;
+  std::shared_ptr<CancelBook> cancels_ = NewCancelBook();
 };
 
 /// The idempotency key of a step: stable across attempts, processes and
 /// restarts, unique per (saga, step).
 std::string StepKey(const std::string& saga_id, const std::string& step_id);
+
+/// True if a drive now would move the saga: pending, running, compensating, or
+/// awaiting an approval that was decided or has expired (the sweeper and Recover).
+bool NeedsDrive(const storage::SagaRecord& saga, int64_t now_ms);
 
 }  // namespace idem
