@@ -12,7 +12,6 @@
 #include <mutex>
 #include <optional>
 #include <random>
-#include <set>
 #include <stdexcept>
 #include <thread>
 #include <type_traits>
@@ -20,6 +19,8 @@
 #include <vector>
 
 #include <pqxx/pqxx>
+
+#include "storage/validate.h"
 
 #include "common/clock.h"
 #include <libpq-fe.h>
@@ -304,8 +305,6 @@ class DataError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
 };
-
-std::string Quote(const std::string& s) { return "\"" + s + "\""; }
 
 bool StartsWith(const std::string& s, const char* prefix) { return s.rfind(prefix, 0) == 0; }
 
@@ -684,7 +683,6 @@ class PgStore::Pool {
     std::atomic<int64_t> commit_batches{0};
     std::atomic<int64_t> commit_transactions{0};
     std::atomic<int64_t> largest_group{0};
-    std::atomic<int64_t> commits_queued{0};
   };
   Counters counters;
 
@@ -1112,7 +1110,11 @@ Result<T> PgStore::Run(const std::string& op, Access access, Body&& body) {
 int PgStore::LatestSchemaVersion() { return kLatestVersion; }
 
 PgStore::PgStore(PgOptions options, std::unique_ptr<Pool> pool, int schema_version)
-    : options_(std::move(options)), pool_(std::move(pool)), schema_version_(schema_version) {}
+    : options_(std::move(options)),
+      pool_(std::move(pool)),
+      schema_version_(schema_version),
+      group_commit_(options_.group_commit, options_.max_group_batches,
+                    [this](const std::vector<PendingCommit*>& group) { CommitGroup(group); }) {}
 
 PgStore::~PgStore() = default;
 
@@ -1212,29 +1214,14 @@ PgStats PgStore::Stats() const {
   s.commit_batches = pool_->counters.commit_batches.load();
   s.commit_transactions = pool_->counters.commit_transactions.load();
   s.largest_group = pool_->counters.largest_group.load();
-  s.commits_queued = pool_->counters.commits_queued.load();
+  s.commits_queued = group_commit_.Queued();
   return s;
 }
 
 // ---- Writes -----------------------------------------------------------------
 
 Result<CreateOutcome> PgStore::CreateIntent(const NewSaga& saga) {
-  if (saga.saga_id.empty()) return Status::InvalidArgument("CreateIntent: saga_id is empty");
-  if (saga.intent_key.empty()) return Status::InvalidArgument("CreateIntent: intent_key is empty");
-  std::set<int> indexes;
-  for (size_t i = 0; i < saga.steps.size(); ++i) {
-    if (!indexes.insert(saga.steps[i].index).second) {
-      return Status::InvalidArgument("CreateIntent: steps[" + std::to_string(i) + "]: index " +
-                                     std::to_string(saga.steps[i].index) + " is used twice");
-    }
-  }
-  for (size_t i = 0; i < saga.journal.size(); ++i) {
-    const std::string& id = saga.journal[i].saga_id;
-    if (!id.empty() && id != saga.saga_id) {
-      return Status::InvalidArgument("CreateIntent: journal[" + std::to_string(i) + "]: saga_id " +
-                                     Quote(id) + " is not " + Quote(saga.saga_id));
-    }
-  }
+  IDEM_RETURN_IF_ERROR(ValidateNewSaga(saga));
   IDEM_RETURN_IF_ERROR(CheckText(saga.saga_id, "CreateIntent: saga_id"));
   IDEM_RETURN_IF_ERROR(CheckText(saga.intent_key, "CreateIntent: intent_key"));
   IDEM_RETURN_IF_ERROR(CheckText(saga.fingerprint, "CreateIntent: fingerprint"));
@@ -1471,43 +1458,18 @@ Result<bool> ApplyBatch(WriteTx& tx, const WriteBatch& batch, int64_t updated_ms
   return true;
 }
 
-void NoteGroupSize(std::atomic<int64_t>& largest, int64_t size) {
-  int64_t seen = largest.load();
-  while (size > seen && !largest.compare_exchange_weak(seen, size)) {
-  }
-}
-
 }  // namespace
 
-/// One Commit call waiting in (or led through) the group commit queue.
+/// One Commit call waiting in (or led through) group_commit_.
 struct PgStore::PendingCommit {
   const WriteBatch* batch = nullptr;
   int64_t updated_ms = 0;
   int64_t consumed_ms = 0;
   Status status;
-  bool done = false;  // GUARDED_BY(queue_mu_)
 };
 
 Status PgStore::Commit(const WriteBatch& batch) {
-  if (batch.saga_id.empty()) return Status::InvalidArgument("Commit: saga_id is empty");
-  if (batch.release_lease && batch.fence_epoch == 0) {
-    return Status::InvalidArgument("Commit: release_lease needs the lease's fence_epoch");
-  }
-  auto check_owner = [&](const std::string& id, const char* what, size_t i) -> Status {
-    if (id.empty() || id == batch.saga_id) return Status::Ok();
-    return Status::InvalidArgument("Commit: " + std::string(what) + "[" + std::to_string(i) +
-                                   "]: saga_id " + Quote(id) + " is not the batch's " +
-                                   Quote(batch.saga_id));
-  };
-  for (size_t i = 0; i < batch.steps.size(); ++i) {
-    IDEM_RETURN_IF_ERROR(check_owner(batch.steps[i].saga_id, "steps", i));
-  }
-  for (size_t i = 0; i < batch.journal.size(); ++i) {
-    IDEM_RETURN_IF_ERROR(check_owner(batch.journal[i].saga_id, "journal", i));
-  }
-  for (size_t i = 0; i < batch.effects.size(); ++i) {
-    IDEM_RETURN_IF_ERROR(check_owner(batch.effects[i].saga_id, "effects", i));
-  }
+  IDEM_RETURN_IF_ERROR(ValidateWriteBatch(batch));
   IDEM_RETURN_IF_ERROR(CheckText(batch.saga_id, "Commit: saga_id"));
   if (batch.saga_state) IDEM_RETURN_IF_ERROR(CheckText(*batch.saga_state, "Commit: saga_state"));
   IDEM_RETURN_IF_ERROR(CheckText(batch.saga_reason, "Commit: saga_reason"));
@@ -1542,52 +1504,17 @@ Status PgStore::Commit(const WriteBatch& batch) {
   PendingCommit me;
   me.batch = &batch;
   for (const JournalEntry& e : batch.journal) me.updated_ms = std::max(me.updated_ms, e.at_ms);
-  if (batch.saga_state.has_value() && me.updated_ms <= 0) {
+  if (batch.saga_state.has_value() && me.updated_ms <= 0)
     me.updated_ms = SystemClock::Get()->NowMs();
-  }
   me.consumed_ms = batch.consume_token.empty() ? 0 : SystemClock::Get()->NowMs();
-
-  if (!options_.group_commit) {
-    CommitGroup({&me});
-    return me.status;
-  }
-  // Leader/follower: whoever finds no writer at work becomes the leader and
-  // writes what is queued (its own batch among it, unless the queue is longer
-  // than a group); the others wait for their `done`.
-  std::unique_lock<std::mutex> lock(queue_mu_);
-  queue_.push_back(&me);
-  pool_->counters.commits_queued.fetch_add(1);
-  for (;;) {
-    if (me.done) return me.status;
-    if (leader_active_) {
-      queue_cv_.wait(lock);
-      continue;
-    }
-    leader_active_ = true;
-    std::vector<PendingCommit*> group;
-    while (!queue_.empty() && static_cast<int>(group.size()) < options_.max_group_batches) {
-      group.push_back(queue_.front());
-      queue_.pop_front();
-    }
-    pool_->counters.commits_queued.fetch_sub(static_cast<int64_t>(group.size()));
-    lock.unlock();
-    try {
-      CommitGroup(group);
-    } catch (const std::exception& e) {  // bad_alloc: never leave the queue leaderless
-      for (PendingCommit* p : group)
-        p->status = Status::Internal("Commit: " + std::string(e.what()));
-    }
-    lock.lock();
-    for (PendingCommit* p : group) p->done = true;
-    leader_active_ = false;
-    queue_cv_.notify_all();
-  }
+  group_commit_.Submit(&me);
+  return me.status;
 }
 
 void PgStore::CommitGroup(std::vector<PendingCommit*> group) {
   Pool::Counters& counters = pool_->counters;
   counters.commit_batches.fetch_add(static_cast<int64_t>(group.size()));
-  NoteGroupSize(counters.largest_group, static_cast<int64_t>(group.size()));
+  RaiseToAtLeast(counters.largest_group, static_cast<int64_t>(group.size()));
 
   if (group.size() == 1) {
     // The plain transaction: no savepoint needed.

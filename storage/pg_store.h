@@ -58,12 +58,13 @@
 // expired but was not claimed again still lets its holder write (and renew),
 // since nobody else can have written in between.
 //
-// Group commit (`group_commit`, on by default): Commit calls that arrive while
-// another is writing queue up, and the next writer (the leader) runs up to
-// `max_group_batches` of them in one transaction, ordered by saga id (a lock
-// order, so that groups of several stores cannot deadlock), each inside its
-// own SAVEPOINT: one batch's failure (kConflict, fence kAborted, kNotFound,
-// kInvalidArgument) rolls back that batch alone and the others still commit.
+// Group commit (`group_commit`, on by default; storage/group_commit.h): Commit
+// calls that arrive while another is writing queue up, and the next writer
+// (the leader) runs up to `max_group_batches` of them in one transaction,
+// ordered by saga id (a lock order, so that groups of several stores cannot
+// deadlock), each inside its own SAVEPOINT: one batch's failure (kConflict,
+// fence kAborted, kNotFound, kInvalidArgument) rolls back that batch alone and
+// the others still commit.
 // Every caller gets its own status only after the shared COMMIT returned, or
 // after an unknown outcome was resolved (as above) for the whole group.
 // Contention or a lost connection runs the whole group again. With one caller
@@ -81,15 +82,13 @@
 //
 // @warning Never build SQL text from values: every value is a bound parameter.
 
-#include <condition_variable>
 #include <cstdint>
-#include <deque>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
+#include "storage/group_commit.h"
 #include "storage/store.h"
 
 namespace idem::storage {
@@ -191,7 +190,7 @@ class PgStore : public Store {
   Result<T> Run(const std::string& op, Access access, Body&& body);
 
   // Runs `group` (one batch or several) in one transaction and sets each
-  // one's status.
+  // one's status: group_commit_'s writer.
   void CommitGroup(std::vector<PendingCommit*> group);
   // Extends (`release` false: to now + lease_ms) or gives up (expiry 0) the
   // lease if it is still held: kAborted if lost, kNotFound if no such saga.
@@ -201,11 +200,9 @@ class PgStore : public Store {
   std::unique_ptr<Pool> pool_;
   const int schema_version_;
 
-  // The group commit queue: callers wait here while a leader writes.
-  std::mutex queue_mu_;
-  std::condition_variable queue_cv_;
-  std::deque<PendingCommit*> queue_;  // GUARDED_BY(queue_mu_)
-  bool leader_active_ = false;        // GUARDED_BY(queue_mu_)
+  // Commit: callers wait here while a leader writes (through CommitGroup).
+  // Last, so that it goes first.
+  GroupCommit<PendingCommit> group_commit_;
 };
 
 }  // namespace idem::storage

@@ -4,7 +4,6 @@
 #include <array>
 #include <cctype>
 #include <exception>
-#include <set>
 #include <stdexcept>
 #include <string_view>
 #include <thread>
@@ -14,6 +13,7 @@
 #include <sqlite3.h>
 
 #include "storage/sqlite_errors.h"
+#include "storage/validate.h"
 
 #include "common/clock.h"
 #include <SQLiteCpp/Database.h>
@@ -309,8 +309,6 @@ using sqlite_errors::DataError;
 using sqlite_errors::Guarded;
 using sqlite_errors::IsConstraint;
 
-std::string Quote(const std::string& s) { return "\"" + s + "\""; }
-
 // ---- Binding and reading ----------------------------------------------------
 
 void BindJson(SQLite::Statement& st, int index, const Json& value) {
@@ -463,8 +461,8 @@ SqliteStore::SqliteStore(std::unique_ptr<SQLite::Database> db,
       read_stmts_(std::make_unique<sqlite_internal::StatementCache>(*read_db_)),
       schema_version_(schema_version),
       clock_(options.clock != nullptr ? options.clock : SystemClock::Get()),
-      group_commit_(options.group_commit),
-      max_group_batches_(options.max_group_batches) {}
+      group_commit_(options.group_commit, options.max_group_batches,
+                    [this](const std::vector<PendingCommit*>& group) { CommitGroup(group); }) {}
 
 SqliteStore::~SqliteStore() {
   {
@@ -652,32 +650,16 @@ Result<CreateOutcome> ApplyCreate(StatementCache& c, const NewSaga& saga) {
 
 }  // namespace
 
-/// One Commit call waiting in (or led through) the group commit queue.
+/// One Commit or new intent waiting in (or led through) the group commit queue.
 struct SqliteStore::PendingCommit {
   const WriteBatch* batch = nullptr;  // a batch, or
   const NewSaga* saga = nullptr;      // a new intent and its saga
   CreateOutcome created;              // for `saga`, when status is OK
   Status status;
-  bool done = false;  // GUARDED_BY(queue_mu_)
 };
 
 Result<CreateOutcome> SqliteStore::CreateIntent(const NewSaga& saga) {
-  if (saga.saga_id.empty()) return Status::InvalidArgument("CreateIntent: saga_id is empty");
-  if (saga.intent_key.empty()) return Status::InvalidArgument("CreateIntent: intent_key is empty");
-  std::set<int> indexes;
-  for (size_t i = 0; i < saga.steps.size(); ++i) {
-    if (!indexes.insert(saga.steps[i].index).second) {
-      return Status::InvalidArgument("CreateIntent: steps[" + std::to_string(i) + "]: index " +
-                                     std::to_string(saga.steps[i].index) + " is used twice");
-    }
-  }
-  for (size_t i = 0; i < saga.journal.size(); ++i) {
-    const std::string& id = saga.journal[i].saga_id;
-    if (!id.empty() && id != saga.saga_id) {
-      return Status::InvalidArgument("CreateIntent: journal[" + std::to_string(i) + "]: saga_id " +
-                                     Quote(id) + " is not " + Quote(saga.saga_id));
-    }
-  }
+  IDEM_RETURN_IF_ERROR(ValidateNewSaga(saga));
 
   // A key submitted before is answered by a read: no write lock, no flush.
   const std::string op = "CreateIntent " + Quote(saga.intent_key);
@@ -692,7 +674,7 @@ Result<CreateOutcome> SqliteStore::CreateIntent(const NewSaga& saga) {
   // submissions share a transaction (the lookup is repeated inside it).
   PendingCommit me;
   me.saga = &saga;
-  Enqueue(&me);
+  group_commit_.Submit(&me);
   if (!me.status.ok()) return me.status;
   return me.created;
 }
@@ -844,75 +826,14 @@ Status ApplyBatch(StatementCache& c, const WriteBatch& batch, int64_t now_ms) {
   return Status::Ok();
 }
 
-// Every caller's batch validated before it joins a group.
-Status CheckBatch(const WriteBatch& batch) {
-  if (batch.saga_id.empty()) return Status::InvalidArgument("Commit: saga_id is empty");
-  if (batch.release_lease && batch.fence_epoch == 0) {
-    return Status::InvalidArgument("Commit: release_lease needs the lease's fence_epoch");
-  }
-  auto check_owner = [&](const std::string& id, const char* what, size_t i) -> Status {
-    if (id.empty() || id == batch.saga_id) return Status::Ok();
-    return Status::InvalidArgument("Commit: " + std::string(what) + "[" + std::to_string(i) +
-                                   "]: saga_id " + Quote(id) + " is not the batch's " +
-                                   Quote(batch.saga_id));
-  };
-  for (size_t i = 0; i < batch.steps.size(); ++i) {
-    IDEM_RETURN_IF_ERROR(check_owner(batch.steps[i].saga_id, "steps", i));
-  }
-  for (size_t i = 0; i < batch.journal.size(); ++i) {
-    IDEM_RETURN_IF_ERROR(check_owner(batch.journal[i].saga_id, "journal", i));
-  }
-  for (size_t i = 0; i < batch.effects.size(); ++i) {
-    IDEM_RETURN_IF_ERROR(check_owner(batch.effects[i].saga_id, "effects", i));
-  }
-  return Status::Ok();
-}
-
 }  // namespace
 
 Status SqliteStore::Commit(const WriteBatch& batch) {
-  IDEM_RETURN_IF_ERROR(CheckBatch(batch));
+  IDEM_RETURN_IF_ERROR(ValidateWriteBatch(batch));
   PendingCommit me;
   me.batch = &batch;
-  Enqueue(&me);
+  group_commit_.Submit(&me);
   return me.status;
-}
-
-void SqliteStore::Enqueue(PendingCommit* pending) {
-  PendingCommit& me = *pending;
-  if (!group_commit_) {
-    CommitGroup({&me});
-    return;
-  }
-  // Leader/follower: whoever finds no writer at work becomes the leader and
-  // writes what is queued (its own batch among it, unless the queue is
-  // longer than a group); the others wait for their `done`.
-  std::unique_lock<std::mutex> lock(queue_mu_);
-  queue_.push_back(&me);
-  for (;;) {
-    if (me.done) return;
-    if (leader_active_) {
-      queue_cv_.wait(lock);
-      continue;
-    }
-    leader_active_ = true;
-    std::vector<PendingCommit*> group;
-    while (!queue_.empty() && static_cast<int>(group.size()) < max_group_batches_) {
-      group.push_back(queue_.front());
-      queue_.pop_front();
-    }
-    lock.unlock();
-    try {
-      CommitGroup(group);
-    } catch (const std::exception& e) {  // bad_alloc: never leave the queue leaderless
-      for (PendingCommit* p : group)
-        p->status = Status::Internal("Commit: " + std::string(e.what()));
-    }
-    lock.lock();
-    for (PendingCommit* p : group) p->done = true;
-    leader_active_ = false;
-    queue_cv_.notify_all();
-  }
 }
 
 void SqliteStore::CommitGroup(const std::vector<PendingCommit*>& group) {
@@ -956,10 +877,7 @@ void SqliteStore::CommitGroup(const std::vector<PendingCommit*>& group) {
     return;
   }
   commit_batches_.fetch_add(static_cast<int64_t>(group.size()));
-  int64_t largest = largest_group_.load();
-  while (static_cast<int64_t>(group.size()) > largest &&
-         !largest_group_.compare_exchange_weak(largest, static_cast<int64_t>(group.size()))) {
-  }
+  RaiseToAtLeast(largest_group_, static_cast<int64_t>(group.size()));
 }
 
 SqliteStats SqliteStore::Stats() const {
