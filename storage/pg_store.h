@@ -10,10 +10,11 @@
 // Durability: a Commit that returned OK was committed by the server, which the
 // deployment runs with synchronous_commit = on.
 //
-// Schema: versioned migrations recorded in `schema_migrations`, each applied in
-// its own transaction under pg_advisory_xact_lock, so that processes opening a
-// fresh database at once apply each script exactly once. A database whose
-// version is newer than this build knows is refused (kFailedPrecondition).
+// Schema: versioned migrations (storage/migrations/postgresql/, embedded in the
+// build) recorded in `schema_migrations`, each applied in its own transaction
+// under pg_advisory_xact_lock, so that processes opening a fresh database at
+// once apply each script exactly once. A database whose version is newer than
+// this build knows is refused (kFailedPrecondition).
 //
 // Transactions: every Store method is one transaction on one pooled connection,
 // with bound parameters only. Writes run at READ COMMITTED and lock the saga's

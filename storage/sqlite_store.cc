@@ -13,6 +13,7 @@
 #include <sqlite3.h>
 
 #include "storage/sqlite_errors.h"
+#include "storage/sqlite_migrations.h"  // generated
 #include "storage/validate.h"
 
 #include "common/clock.h"
@@ -151,141 +152,13 @@ class Tx {
 
 // ---- Schema -----------------------------------------------------------------
 //
-// kMigrations[i] takes the database from version i to version i + 1. Append
-// new scripts at the end; never edit one that has shipped.
+// kSqliteMigrations[i] takes the database from version i to version i + 1: the
+// scripts of storage/migrations/sqlite/, embedded by the build (a generated
+// header). Add a new file at the end; never edit one that has shipped.
 //
 // String columns are NOT NULL ('' for "none"); JSON columns hold canonical
 // text (CanonicalJson) or SQL NULL for a JSON null.
-constexpr std::array kMigrations = {
-    // 1: the initial schema.
-    R"sql(
-CREATE TABLE intents (
-  intent_key  TEXT    NOT NULL PRIMARY KEY,
-  fingerprint TEXT    NOT NULL,
-  saga_id     TEXT    NOT NULL UNIQUE,
-  created_ms  INTEGER NOT NULL
-);
-
-CREATE TABLE sagas (
-  saga_id     TEXT    NOT NULL PRIMARY KEY,
-  intent_key  TEXT    NOT NULL UNIQUE REFERENCES intents (intent_key),
-  fingerprint TEXT    NOT NULL,
-  spec_name   TEXT    NOT NULL,
-  spec        TEXT,
-  input       TEXT,
-  state       TEXT    NOT NULL,
-  reason      TEXT    NOT NULL DEFAULT '',
-  created_ms  INTEGER NOT NULL,
-  updated_ms  INTEGER NOT NULL
-);
-CREATE INDEX sagas_by_state ON sagas (state);
-
-CREATE TABLE steps (
-  saga_id          TEXT    NOT NULL REFERENCES sagas (saga_id),
-  idx              INTEGER NOT NULL,
-  step_id          TEXT    NOT NULL,
-  tool             TEXT    NOT NULL,
-  state            TEXT    NOT NULL,
-  attempt          INTEGER NOT NULL DEFAULT 0,
-  step_key         TEXT    NOT NULL UNIQUE,
-  args             TEXT,
-  args_fingerprint TEXT    NOT NULL DEFAULT '',
-  result           TEXT,
-  external_ref     TEXT    NOT NULL DEFAULT '',
-  error            TEXT    NOT NULL DEFAULT '',
-  comp_attempt     INTEGER NOT NULL DEFAULT 0,
-  comp_result      TEXT,
-  updated_ms       INTEGER NOT NULL,
-  PRIMARY KEY (saga_id, idx)
-);
-
-CREATE TABLE journal (
-  seq     INTEGER PRIMARY KEY AUTOINCREMENT,
-  saga_id TEXT    NOT NULL REFERENCES sagas (saga_id),
-  step_id TEXT    NOT NULL DEFAULT '',
-  event   TEXT    NOT NULL,
-  data    TEXT,
-  at_ms   INTEGER NOT NULL
-);
-CREATE INDEX journal_by_saga ON journal (saga_id, seq);
-CREATE TRIGGER journal_no_update BEFORE UPDATE ON journal
-BEGIN
-  SELECT RAISE(ABORT, 'journal is append-only');
-END;
-CREATE TRIGGER journal_no_delete BEFORE DELETE ON journal
-BEGIN
-  SELECT RAISE(ABORT, 'journal is append-only');
-END;
-
-CREATE TABLE effects (
-  idempotency_key TEXT    NOT NULL PRIMARY KEY,
-  saga_id         TEXT    NOT NULL REFERENCES sagas (saga_id),
-  step_id         TEXT    NOT NULL,
-  kind            TEXT    NOT NULL,
-  tool            TEXT    NOT NULL,
-  result          TEXT,
-  external_ref    TEXT    NOT NULL DEFAULT '',
-  at_ms           INTEGER NOT NULL
-);
-CREATE INDEX effects_by_saga ON effects (saga_id);
-CREATE TRIGGER effects_no_update BEFORE UPDATE ON effects
-BEGIN
-  SELECT RAISE(ABORT, 'effects are append-only');
-END;
-CREATE TRIGGER effects_no_delete BEFORE DELETE ON effects
-BEGIN
-  SELECT RAISE(ABORT, 'effects are append-only');
-END;
-)sql",
-    // 2: two-phase steps (preview, token, approval) and single-use tokens.
-    R"sql(
-ALTER TABLE steps ADD COLUMN phase TEXT;
-CREATE TABLE consumed_tokens (
-  nonce   TEXT    NOT NULL PRIMARY KEY,
-  saga_id TEXT    NOT NULL REFERENCES sagas (saga_id),
-  step_id TEXT    NOT NULL,
-  at_ms   INTEGER NOT NULL
-);
-)sql",
-    // 3: leases (several workers on one store) and fencing. A free lease has
-    // lease_expires_ms 0; lease_epoch counts the claims.
-    R"sql(
-ALTER TABLE sagas ADD COLUMN lease_owner TEXT NOT NULL DEFAULT '';
-ALTER TABLE sagas ADD COLUMN lease_expires_ms INTEGER NOT NULL DEFAULT 0;
-ALTER TABLE sagas ADD COLUMN lease_epoch INTEGER NOT NULL DEFAULT 0;
-CREATE INDEX sagas_by_state_lease ON sagas (state, lease_expires_ms);
-)sql",
-    // 4: fewer pages written per commit. sagas_by_state_lease serves every
-    // lookup by state, so sagas_by_state only cost a page per state change;
-    // the journal's seq becomes its rowid (max + 1: the journal is
-    // append-only, so it still only grows) instead of AUTOINCREMENT, which
-    // rewrote the sqlite_sequence row with every entry.
-    R"sql(
-DROP INDEX sagas_by_state;
-CREATE TABLE journal_v4 (
-  seq     INTEGER PRIMARY KEY,
-  saga_id TEXT    NOT NULL REFERENCES sagas (saga_id),
-  step_id TEXT    NOT NULL DEFAULT '',
-  event   TEXT    NOT NULL,
-  data    TEXT,
-  at_ms   INTEGER NOT NULL
-);
-INSERT INTO journal_v4 (seq, saga_id, step_id, event, data, at_ms)
-  SELECT seq, saga_id, step_id, event, data, at_ms FROM journal ORDER BY seq;
-DROP TABLE journal;
-ALTER TABLE journal_v4 RENAME TO journal;
-DELETE FROM sqlite_sequence WHERE name = 'journal';
-CREATE INDEX journal_by_saga ON journal (saga_id, seq);
-CREATE TRIGGER journal_no_update BEFORE UPDATE ON journal
-BEGIN
-  SELECT RAISE(ABORT, 'journal is append-only');
-END;
-CREATE TRIGGER journal_no_delete BEFORE DELETE ON journal
-BEGIN
-  SELECT RAISE(ABORT, 'journal is append-only');
-END;
-)sql",
-};
+constexpr auto& kMigrations = kSqliteMigrations;
 
 constexpr int kLatestVersion = static_cast<int>(kMigrations.size());
 

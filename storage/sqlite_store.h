@@ -7,11 +7,12 @@
 // memory: every read goes to the database, every write is a transaction.
 // Open refuses a database that cannot run in WAL mode (":memory:" included).
 //
-// Schema: versioned migrations, each applied in its own transaction and
-// recorded in `schema_migrations`. Open applies the pending ones; a database
-// whose version is newer than this build knows is refused (kFailedPrecondition)
-// rather than written to by older code. The journal table is append-only:
-// triggers abort any UPDATE or DELETE of its rows.
+// Schema: versioned migrations (storage/migrations/sqlite/, embedded in the
+// build), each applied in its own transaction and recorded in
+// `schema_migrations`. Open applies the pending ones; a database whose version
+// is newer than this build knows is refused (kFailedPrecondition) rather than
+// written to by older code. The journal and effects tables are append-only:
+// triggers abort any UPDATE or DELETE of their rows.
 //
 // Leases: expiry is judged by `SqliteOptions::clock` (the process clock by
 // default); see Store for the contract. ClaimSagas and ClaimSaga:
