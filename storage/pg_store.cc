@@ -1017,6 +1017,7 @@ PgStore::PgStore(PgOptions options, std::unique_ptr<Pool> pool, int schema_versi
     : options_(std::move(options)),
       pool_(std::move(pool)),
       schema_version_(schema_version),
+      clock_(options_.clock),
       group_commit_(options_.group_commit, options_.max_group_batches,
                     [this](const std::vector<PendingCommit*>& group) { CommitGroup(group); }) {}
 
@@ -1027,7 +1028,7 @@ namespace {
 // Applies pending migrations, each in its own transaction holding the
 // migration lock and re-reading the version, so that concurrent openers apply
 // each script exactly once. Returns the resulting version.
-Result<int> Migrate(pqxx::connection_base& conn) {
+Result<int> Migrate(pqxx::connection_base& conn, Clock* clock) {
   for (;;) {
     pqxx::work tx(conn);
     tx.exec_params("SELECT pg_advisory_xact_lock($1)", kMigrationLockKey);
@@ -1046,7 +1047,7 @@ Result<int> Migrate(pqxx::connection_base& conn) {
     }
     tx.exec(kMigrations[version]);
     tx.exec_params("INSERT INTO schema_migrations (version, applied_at) VALUES ($1, $2)",
-                   version + 1, static_cast<int64_t>(SystemClock::Get()->NowMs()));
+                   version + 1, static_cast<int64_t>(clock->NowMs()));
     tx.commit();
   }
 }
@@ -1075,6 +1076,8 @@ Result<std::unique_ptr<PgStore>> PgStore::Open(const PgOptions& options) {
     return Status::InvalidArgument("PostgreSQL store: max_group_batches must be >= 1, got " +
                                    std::to_string(options.max_group_batches));
   }
+  PgOptions resolved = options;
+  if (resolved.clock == nullptr) resolved.clock = SystemClock::Get();
   std::string conninfo = options.url;
   AddParam(conninfo, "connect_timeout", std::to_string(options.connect_timeout_s));
   AddParam(conninfo, "fallback_application_name", "idem");
@@ -1091,7 +1094,7 @@ Result<std::unique_ptr<PgStore>> PgStore::Open(const PgOptions& options) {
     }
     Borrowed c(pool.get(), std::move(acquired).value());
     try {
-      version = Migrate(c->conn);
+      version = Migrate(c->conn, resolved.clock);
     } catch (const std::exception& e) {
       c.MarkBroken();
       if (!c->conn.is_open() || IsConnectionError(e)) {
@@ -1101,7 +1104,7 @@ Result<std::unique_ptr<PgStore>> PgStore::Open(const PgOptions& options) {
     }
   }
   if (!version.ok()) return Status(version.status().code(), op + ": " + version.status().message());
-  return std::unique_ptr<PgStore>(new PgStore(options, std::move(pool), *version));
+  return std::unique_ptr<PgStore>(new PgStore(std::move(resolved), std::move(pool), *version));
 }
 
 int PgStore::SchemaVersion() { return schema_version_; }
@@ -1408,9 +1411,8 @@ Status PgStore::Commit(const WriteBatch& batch) {
   PendingCommit me;
   me.batch = &batch;
   for (const JournalEntry& e : batch.journal) me.updated_ms = std::max(me.updated_ms, e.at_ms);
-  if (batch.saga_state.has_value() && me.updated_ms <= 0)
-    me.updated_ms = SystemClock::Get()->NowMs();
-  me.consumed_ms = batch.consume_token.empty() ? 0 : SystemClock::Get()->NowMs();
+  if (batch.saga_state.has_value() && me.updated_ms <= 0) me.updated_ms = clock_->NowMs();
+  me.consumed_ms = batch.consume_token.empty() ? 0 : clock_->NowMs();
   group_commit_.Submit(&me);
   return me.status;
 }

@@ -92,6 +92,8 @@
 #include "storage/group_commit.h"
 #include "storage/store.h"
 
+#include "common/clock.h"
+
 namespace idem::storage {
 
 struct PgOptions {
@@ -105,6 +107,12 @@ struct PgOptions {
   int acquire_timeout_ms = 30000;
   /// How long an unknown COMMIT outcome is looked up before kUnavailable.
   int resolve_timeout_ms = 10000;
+  /// The clock that stamps times the caller did not give (a batch's
+  /// updated_ms without journal entries, a consumed token's at_ms, a
+  /// migration's applied_at); nullptr: SystemClock::Get(). Leases are judged
+  /// by the server's clock, never by this one. Not owned; must outlive the
+  /// store.
+  Clock* clock = nullptr;
   /// Tests only: called in every write transaction after txid_current() was
   /// read (a transaction that wrote nothing takes none) and right before
   /// COMMIT is sent, with the backend pid of the transaction's connection
@@ -197,9 +205,10 @@ class PgStore : public Store {
   // lease if it is still held: kAborted if lost, kNotFound if no such saga.
   Status UpdateLease(const char* what, const Lease& lease, int64_t lease_ms, bool release);
 
-  const PgOptions options_;
+  const PgOptions options_;  // clock resolved (never nullptr)
   std::unique_ptr<Pool> pool_;
   const int schema_version_;
+  Clock* const clock_;
 
   // Commit: callers wait here while a leader writes (through CommitGroup).
   // Last, so that it goes first.

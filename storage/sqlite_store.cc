@@ -253,7 +253,7 @@ Status TooNew(int version) {
 // Applies pending migrations, each in its own IMMEDIATE transaction that
 // re-reads the version, so that two processes opening a fresh file at once
 // apply each script exactly once. Returns the resulting version.
-Result<int> Migrate(SQLite::Database& db) {
+Result<int> Migrate(SQLite::Database& db, Clock* clock) {
   db.exec(
       "CREATE TABLE IF NOT EXISTS schema_migrations ("
       " version INTEGER PRIMARY KEY,"
@@ -269,7 +269,7 @@ Result<int> Migrate(SQLite::Database& db) {
     db.exec(kMigrations[next - 1]);
     SQLite::Statement ins(db, "INSERT INTO schema_migrations (version, applied_at) VALUES (?, ?)");
     ins.bind(1, next);
-    ins.bind(2, static_cast<int64_t>(SystemClock::Get()->NowMs()));
+    ins.bind(2, static_cast<int64_t>(clock->NowMs()));
     ins.exec();
     tx.commit();
     version = next;
@@ -408,7 +408,8 @@ Result<std::unique_ptr<SqliteStore>> SqliteStore::OpenOnce(const SqliteOptions& 
           return Status::FailedPrecondition(op + ": SQLite refused to enable foreign keys");
         }
 
-        Result<int> version = Migrate(*db);
+        Result<int> version =
+            Migrate(*db, options.clock != nullptr ? options.clock : SystemClock::Get());
         if (!version.ok()) {
           return Status(version.status().code(), op + ": " + version.status().message());
         }
