@@ -60,10 +60,14 @@ using test::PgTestDatabase;
 using test::PgUrlParts;
 using test::UnusedPort;
 
+/// The conformance suite's factory: a fresh database per test. (A class of
+/// its own: ctest names the typed tests after it.)
+class PgFactory : public test::PgTestStore {};
+
 }  // namespace
 
 namespace conformance {
-using Backends = ::testing::Types<test::PgTestStore>;
+using Backends = ::testing::Types<PgFactory>;
 INSTANTIATE_TYPED_TEST_SUITE_P(Pg, StoreConformanceTest, Backends);
 }  // namespace conformance
 

@@ -39,10 +39,15 @@ using conformance::MakeSaga;
 
 using test::TempDir;
 
+/// The conformance suite's factory: a real SQLite file in a fresh temp
+/// directory per test. (A class of its own: ctest names the typed tests
+/// after it.)
+class SqliteFactory : public test::SqliteTestStore {};
+
 }  // namespace
 
 namespace conformance {
-using Backends = ::testing::Types<test::SqliteTestStore>;
+using Backends = ::testing::Types<SqliteFactory>;
 INSTANTIATE_TYPED_TEST_SUITE_P(Sqlite, StoreConformanceTest, Backends);
 }  // namespace conformance
 
