@@ -18,6 +18,7 @@
 #include "tools/http_tool.h"
 
 #include "common/failpoint.h"
+#include "observability/observability.h"
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/file.h>
@@ -49,10 +50,21 @@ int ExitFor(const Status& s) {
   }
 }
 
-int Fail(const Status& s) {
+// The subcommand being run, for the error log.
+std::string g_command;
+
+// One answer for the person (stderr) and one log line for the operator.
+int FailWith(const Status& s, int exit_code) {
   std::cerr << "error: " << s.message() << "\n";
-  return ExitFor(s);
+  observability::Log(observability::LogLevel::kError, "command failed",
+                     {{"command", g_command},
+                      {"code", CodeName(s.code())},
+                      {"error", s.message()},
+                      {"exit", exit_code}});
+  return exit_code;
 }
+
+int Fail(const Status& s) { return FailWith(s, ExitFor(s)); }
 
 int ExitForSagaState(const std::string& state) {
   auto s = ParseSagaState(state);
@@ -258,7 +270,7 @@ EngineOptions LiveEngineOptions(bool live, const preview_commit::TokenSigner* si
   // The embedded store has one driving process (DriverLock); PostgreSQL
   // shares sagas between processes through leases.
   eo.use_leases = IsPostgres(g_store_locator);
-  if (live) eo.observer = PrintTimelineLine;
+  eo.observer = observability::WithJournalLog(live ? PrintTimelineLine : nullptr);
   eo.signer = signer;
   return eo;
 }
@@ -574,6 +586,12 @@ int CmdServe(const Options& o, const ToolRegistry& tools, storage::Store* store,
   sigaction(SIGINT, &sa, nullptr);
   Status started = (*srv)->Start();
   if (!started.ok()) return Fail(started);
+  observability::Log(observability::LogLevel::kInfo, "serving",
+                     {{"host", so.host},
+                      {"port", (*srv)->port()},
+                      {"store", so.use_leases ? "postgresql" : "sqlite"},
+                      {"workers", so.workers},
+                      {"callers", so.principals.size()}});
   std::printf("idem server listening on %s:%d (%s, %d workers%s)\n", so.host.c_str(),
               (*srv)->port(), so.use_leases ? "PostgreSQL, leases" : "SQLite, one driver",
               so.workers, so.principals.empty() ? ", NO AUTH" : "");
@@ -598,6 +616,10 @@ int CmdFailpoints() {
 int RunCli(int argc, char** argv, const FrontendConfig& config) {
   CLI::App app{config.description, config.program};
   app.require_subcommand(1);
+  // Global options are accepted after the subcommand too (`run SPEC --db x`):
+  // a subcommand hands the options it does not know to the app. Subcommands
+  // inherit this when they are added, so it is set first.
+  app.fallthrough();
   Options o;
   const char* env_db = std::getenv("IDEM_DB");
   o.db = env_db != nullptr && *env_db != '\0' ? env_db : "idem.db";
@@ -611,6 +633,14 @@ int RunCli(int argc, char** argv, const FrontendConfig& config) {
   app.add_option("--keys", o.keys_path,
                  "commit-token keys (created 0600 on first use; default <db>.keys.json or "
                  "$IDEM_KEYS)");
+  std::string log_format = "text";
+  std::string log_level;
+  app.add_option("--log-format", log_format, "logs on stderr: text (default) or json, a line each")
+      ->check(CLI::IsMember({"text", "json"}));
+  app.add_option("--log-level", log_level,
+                 "trace, debug, info, warn, error, critical or off (default: info for serve "
+                 "and worker, off for the other commands)")
+      ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "critical", "off"}));
   if (config.add_options) config.add_options(app);
 
   auto* validate =
@@ -708,6 +738,20 @@ int RunCli(int argc, char** argv, const FrontendConfig& config) {
   } catch (const CLI::ParseError& e) {
     int rc = app.exit(e);
     return rc == 0 ? kExitOk : kExitUsage;
+  }
+
+  for (const CLI::App* sub : app.get_subcommands()) g_command = sub->get_name();
+  {
+    const bool serves = serve->parsed() || worker->parsed();
+    auto format = observability::ParseLogFormat(log_format);
+    auto level = observability::ParseLogLevel(!log_level.empty() ? log_level
+                                              : serves           ? "info"
+                                                                 : "off");
+    if (!format.ok()) return Fail(format.status());
+    if (!level.ok()) return Fail(level.status());
+    observability::SetUpLogging(*format, *level);
+    observability::Log(observability::LogLevel::kDebug, "command",
+                       {{"command", g_command}, {"pid", ::getpid()}});
   }
 
   Status armed = failpoint::ArmFromEnv();

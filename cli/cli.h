@@ -20,7 +20,10 @@
 //   serve [--listen H:P] [--auth F] [--tools F] [--workers N]  the REST API (docs/server.md)
 // Global options: --store (or --db) LOCATOR: a SQLite file or postgresql://...
 // (default $IDEM_STORE, $IDEM_DB or ./idem.db); --keys PATH
-// (commit-token keys, default <db>.keys.json, created with mode 0600).
+// (commit-token keys, default <db>.keys.json, created with mode 0600);
+// --log-format text|json and --log-level L (structured logs on stderr,
+// observability/observability.h). Global options may come before or after
+// the subcommand.
 //
 // Exit codes (kExit*): 0 the command succeeded / the saga succeeded;
 // 1 internal or store error; 2 bad usage or bad input (spec, JSON, flags,

@@ -16,6 +16,7 @@
 
 #include <httplib.h>
 
+#include "observability/observability.h"
 #include "saga/engine.h"
 #include "saga/machines.h"
 #include "saga/spec.h"
@@ -1226,7 +1227,8 @@ Result<std::unique_ptr<Server>> Server::Create(storage::Store* store, const Tool
   eo.stop = &impl->stop_flag;
   Impl* raw = impl.get();
   eo.cancel_requested = [raw](const std::string& id) { return raw->CancelRequested(id); };
-  eo.observer = [raw](const storage::JournalEntry& e) { raw->metrics.Observe(e, raw->store); };
+  eo.observer = observability::WithJournalLog(
+      [raw](const storage::JournalEntry& e) { raw->metrics.Observe(e, raw->store); });
   impl->engine = std::make_unique<Engine>(store, tools, eo);
 
   WrapOptions wo;
