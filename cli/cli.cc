@@ -8,6 +8,7 @@
 #include <mutex>
 #include <sstream>
 
+#include "cli/driver_lock.h"
 #include "preview_commit/token.h"
 #include "saga/engine.h"
 #include "saga/spec.h"
@@ -19,9 +20,7 @@
 
 #include "common/failpoint.h"
 #include "observability/observability.h"
-#include <fcntl.h>
 #include <signal.h>
-#include <sys/file.h>
 #include <unistd.h>
 
 namespace idem::cli {
@@ -169,30 +168,6 @@ void PrintSagaText(const storage::SagaRecord& rec) {
   }
 }
 
-// One process at a time drives the sagas of an embedded journal: `run` and
-// `recover` hold an exclusive lock on "<db>.lock" (released by the kernel
-// when the process dies, SIGKILL included). Without it, a `recover` started
-// beside a live `run` could drive the same step twice. Several processes on
-// one journal is what the PostgreSQL store's leases are for.
-class DriverLock {
- public:
-  ~DriverLock() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  Status Acquire(const std::string& db) {
-    std::string path = db + ".lock";
-    fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-    if (fd_ < 0) return Status::Unavailable(path + ": cannot open the driver lock");
-    if (::flock(fd_, LOCK_EX | LOCK_NB) == 0) return Status::Ok();
-    std::fprintf(stderr, "waiting: another process is driving sagas on %s\n", db.c_str());
-    if (::flock(fd_, LOCK_EX) != 0) return Status::Unavailable(path + ": cannot take the lock");
-    return Status::Ok();
-  }
-
- private:
-  int fd_ = -1;
-};
-
 struct Options {
   std::string db;
   std::string spec_path;
@@ -221,6 +196,21 @@ struct Options {
   bool insecure_no_auth = false;
   int workers = 4;
 };
+
+// What to do when another process drives the journal (DriverLock). A
+// server can take the decision itself; the token is never echoed.
+std::string BusyAdvice(const DriverLock::Holder& holder) {
+  const bool server = holder.command == "serve" || holder.command.empty();
+  const std::string later = "try again when it has stopped";
+  if (server && (g_command == "approve" || g_command == "reject")) {
+    return g_command + " through its server (POST /v1/approvals/TOKEN/" + g_command + ") or " +
+           later;
+  }
+  if (server && g_command == "run") {
+    return "submit through its server (POST /v1/sagas) or " + later;
+  }
+  return later;
+}
 
 std::atomic<bool> g_stop{false};
 extern "C" void OnStopSignal(int) { g_stop.store(true); }
@@ -731,7 +721,7 @@ int RunCli(int argc, char** argv, const FrontendConfig& config) {
       "exit codes: 0 ok/succeeded, 1 internal or store error, 2 bad usage or input,\n"
       "            3 rolled back or failed, 4 needs attention, 5 intent key conflict, 6 not "
       "found,\n"
-      "            7 waiting for approval");
+      "            7 waiting for approval, 8 the journal is driven by another process");
 
   try {
     app.parse(argc, argv);
@@ -787,7 +777,11 @@ int RunCli(int argc, char** argv, const FrontendConfig& config) {
   // The embedded journal has one driving process at a time; PostgreSQL
   // shares the work between processes with leases instead.
   if (drives && !IsPostgres(o.db)) {
-    Status locked = lock.Acquire(o.db);
+    Status locked = lock.Acquire(o.db, g_command);
+    if (locked.code() == Code::kAborted) {
+      return FailWith(Status::Aborted(locked.message() + "; " + BusyAdvice(lock.holder())),
+                      kExitBusy);
+    }
     if (!locked.ok()) return Fail(locked);
   }
   auto store = storage::OpenStore(o.db);

@@ -1,6 +1,7 @@
 // The command line as an operator meets it, on the real travel-booking
 // binary: global options after the subcommand, structured logs on stderr
-// with nothing secret in them.
+// with nothing secret in them, and a CLI that answers at once when another
+// process drives the journal.
 
 #include "cli/cli.h"
 
@@ -196,6 +197,41 @@ TEST_F(CliTest, BadLogOptionsAreUsageErrors) {
   EXPECT_EQ(fmt.code, cli::kExitUsage) << fmt.Describe();
   Proc lvl = Run({"list", "--db", db_, "--log-level", "loud"});
   EXPECT_EQ(lvl.code, cli::kExitUsage) << lvl.Describe();
+}
+
+// ---- no hanging decisions
+
+TEST_F(CliTest, ApproveAnswersAtOnceWhileAServerDrivesTheJournal) {
+  const std::string token = RunToApproval();
+  ASSERT_FALSE(token.empty());
+  Proc serve;
+  ASSERT_GT(Serve(&serve, {"--insecure-no-auth"}), 0);
+
+  auto t0 = std::chrono::steady_clock::now();
+  Proc approve = Run({"approve", token, "--as", "maria", "--db", db_});
+  auto took = std::chrono::steady_clock::now() - t0;
+  EXPECT_LT(took, std::chrono::seconds(1));
+  EXPECT_EQ(approve.code, cli::kExitBusy) << approve.Describe();
+  EXPECT_NE(approve.stderr_text.find("error: the journal " + db_ +
+                                     " is being driven by another process (pid " +
+                                     std::to_string(serve.pid)),
+            std::string::npos)
+      << approve.Describe();
+  EXPECT_NE(approve.stderr_text.find("POST /v1/approvals/TOKEN/approve"), std::string::npos)
+      << approve.Describe();
+  EXPECT_EQ(approve.stderr_text.find(token), std::string::npos) << "no token in the message";
+
+  Proc reject = Run({"reject", token, "--as", "maria", "--reason", "no", "--db", db_});
+  EXPECT_EQ(reject.code, cli::kExitBusy) << reject.Describe();
+  EXPECT_NE(reject.stderr_text.find("POST /v1/approvals/TOKEN/reject"), std::string::npos)
+      << reject.Describe();
+  Proc recover = Run({"recover", "--db", db_});
+  EXPECT_EQ(recover.code, cli::kExitBusy) << recover.Describe();
+
+  Stop(&serve);
+  // Nothing was decided: the approval is still waiting, and now goes through.
+  Proc later = Run({"approve", token, "--as", "maria", "--db", db_});
+  EXPECT_EQ(later.code, cli::kExitOk) << later.Describe();
 }
 
 // ---- structured logs
