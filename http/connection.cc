@@ -40,11 +40,37 @@ int StatusForReadError(const boost::system::error_code& ec, const RequestParser&
   return 0;
 }
 
-// A short plain-text answer the server gives on its own.
-Response Plain(int status, std::string text) {
+// An answer the server gives on its own: hooks.refusal's body, or a short
+// text (`why`, else the status's reason).
+Response Refusal(const ServerCore& core, int status, const std::string& why) {
   Response r;
   r.status = status;
-  r.SetContent(std::move(text), "text/plain; charset=utf-8");
+  r.SetContent(
+      (why.empty() ? std::string(bhttp::obsolete_reason(static_cast<bhttp::status>(status)))
+                   : why) +
+          "\n",
+      "text/plain; charset=utf-8");
+  if (core.hooks.refusal) {
+    try {
+      core.hooks.refusal(r);
+    } catch (...) {
+    }
+    r.status = status;
+  }
+  return r;
+}
+
+// The answer to a handler that threw `what`.
+Response Failure(const ServerCore& core, const std::string& what) {
+  Response r;
+  r.status = 500;
+  r.SetContent("internal error\n", "text/plain; charset=utf-8");
+  if (core.hooks.exception) {
+    try {
+      core.hooks.exception(what, r);
+    } catch (...) {
+    }
+  }
   return r;
 }
 
@@ -184,9 +210,9 @@ void Connection<Socket>::OnRequestRead(error_code ec) {
 template <class Socket>
 void Connection<Socket>::Refuse(int status) {
   core_->rejected_requests++;
-  Response r =
-      Plain(status, std::string(bhttp::obsolete_reason(static_cast<bhttp::status>(status))) + "\n");
-  Write(FormatResponse(r, 11, /*head=*/false, /*keep_alive=*/false), false);
+  request_version_ = 11;
+  request_is_head_ = false;
+  Respond(Refusal(*core_, status, ""), false);
   phase_ = Phase::kDraining;
 }
 
@@ -206,10 +232,10 @@ void Connection<Socket>::Dispatch() {
     Response response;
     try {
       self->core_->handler(*request, response);
-    } catch (const std::exception&) {
-      response = Plain(500, "internal error\n");
+    } catch (const std::exception& e) {
+      response = Failure(*self->core_, e.what());
     } catch (...) {
-      response = Plain(500, "internal error\n");
+      response = Failure(*self->core_, "unknown exception");
     }
     asio::post(self->socket_.get_executor(), [self, response = std::move(response)]() mutable {
       self->OnHandled(std::move(response));
@@ -224,11 +250,16 @@ void Connection<Socket>::OnHandled(Response response) {
       !core_->stopping) {
     return BeginStream(std::move(response));
   }
-  if (response.on_stream) {  // the server stops: no new streams
-    response = Plain(503, "stopping\n");
-  }
+  if (response.on_stream) response = Refusal(*core_, 503, "stopping");  // no new streams
   const bool keep_alive = request_keep_alive_ && !stopping_ && !core_->stopping &&
-                          requests_ < core_->options.max_requests_per_connection;
+                          requests_ < core_->options.max_requests_per_connection &&
+                          !beast::iequals(response.Header("Connection"), "close");
+  Respond(response, keep_alive);
+}
+
+template <class Socket>
+void Connection<Socket>::Respond(const Response& response, bool keep_alive) {
+  core_->Responded(response.status);
   Write(FormatResponse(response, request_version_, request_is_head_, keep_alive), keep_alive);
 }
 
@@ -281,9 +312,9 @@ template <class Socket>
 void Connection<Socket>::BeginStream(Response response) {
   auto ticket = core_->streams.TryAcquire(peer_);
   if (!ticket) {
-    Response busy = Plain(503, "too many event streams\n");
+    Response busy = Refusal(*core_, 503, "too many event streams");
     busy.SetHeader("Retry-After", "1");
-    return Write(FormatResponse(busy, request_version_, request_is_head_, false), false);
+    return Respond(busy, false);
   }
   stream_ticket_ = std::move(*ticket);
   phase_ = Phase::kStreaming;
@@ -302,6 +333,7 @@ void Connection<Socket>::BeginStream(Response response) {
         });
       });
   core_->RegisterStream(stream_);
+  core_->Responded(response.status);
   (void)stream_->Send(FormatStreamHead(response, request_version_));
   WatchStreamClient();
   asio::post(core_->workers, [open = std::move(response.on_stream), stream = stream_] {

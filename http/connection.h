@@ -63,6 +63,9 @@ class Connection final : public ConnectionBase,
   void Refuse(int status);
   void Dispatch();
   void OnHandled(Response response);
+  /// Sends `response` (told to hooks.responded), then keeps the connection
+  /// or drains and closes it.
+  void Respond(const Response& response, bool keep_alive);
   void Write(std::string head_and_body, bool keep_alive);
   void OnWritten(error_code ec, bool keep_alive);
   void BeginStream(Response response);

@@ -72,11 +72,19 @@ bool ServerCore::WaitIdle(int64_t ms) {
   return idle_cv.wait_for(lock, std::chrono::milliseconds(ms), [this] { return live.empty(); });
 }
 
+void ServerCore::Responded(int status) const {
+  if (!hooks.responded) return;
+  try {
+    hooks.responded(status);
+  } catch (...) {  // a metrics hook must not take a connection down
+  }
+}
+
 // ---- Server
 
 struct Server::Impl {
-  Impl(ServerOptions o, Handler h)
-      : core(std::move(o), std::move(h)),
+  Impl(ServerOptions o, Handler h, ServerHooks k)
+      : core(std::move(o), std::move(h), std::move(k)),
         io(core.options.io_threads),
         acceptor(asio::make_strand(io)),
         retry_timer(acceptor.get_executor()) {}
@@ -108,6 +116,7 @@ struct Server::Impl {
     if (!ticket || core.stopping) {
       // Refused at once: a 503 if the socket takes it without waiting, then close.
       core.refused++;
+      core.Responded(503);
       socket.non_blocking(true, ec);
       const std::string& text = OverloadedResponse();
       socket.write_some(asio::buffer(text), ec);
@@ -133,7 +142,8 @@ struct Server::Impl {
   bool stopped = false;
 };
 
-Result<std::unique_ptr<Server>> Server::Create(ServerOptions o, Handler handler) {
+Result<std::unique_ptr<Server>> Server::Create(ServerOptions o, Handler handler,
+                                               ServerHooks hooks) {
   auto bad = [](const char* what) { return Status::InvalidArgument(std::string(what)); };
   if (!handler) return bad("handler: required");
   if (o.port < 0 || o.port > 65535) return bad("port: out of range");
@@ -151,7 +161,7 @@ Result<std::unique_ptr<Server>> Server::Create(ServerOptions o, Handler handler)
   }
   if (o.max_stream_queue_bytes < 1024) return bad("max_stream_queue_bytes: at least 1024");
   return std::unique_ptr<Server>(
-      new Server(std::make_unique<Impl>(std::move(o), std::move(handler))));
+      new Server(std::make_unique<Impl>(std::move(o), std::move(handler), std::move(hooks))));
 }
 
 Server::Server(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}

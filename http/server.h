@@ -18,13 +18,15 @@
 // a response the client does not read within write_timeout_ms closes the
 // connection. Event streams: see Response::on_stream and http/stream.h.
 //
-// Thread safety: Start, Stop and the destructor from one thread; port() and
-// stats() from any. The handler is called concurrently from the worker
+// Thread safety: Start, Stop and the destructor from one thread, never from
+// a handler or a stream callback (Stop waits for them); port() and stats()
+// from any. The handler is called concurrently from the worker
 // threads. Not copyable.
 
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
 
 #include "common/status.h"
 #include "http/message.h"
@@ -36,6 +38,23 @@ namespace idem::http {
 /// Fills `response` for `request`. Runs on a worker thread; may block. An
 /// exception becomes a 500 with a plain-text body.
 using Handler = std::function<void(const Request& request, Response& response)>;
+
+/// Optional callbacks for what the server answers without the handler, so
+/// that an embedding server keeps one error format and one set of metrics.
+/// Each runs on an I/O thread (`exception` on a worker): keep them short,
+/// non-blocking, and free of exceptions (one thrown is ignored).
+struct ServerHooks {
+  /// Writes the body of an answer the server gives itself (400, 413, 431, a
+  /// 503 for a stream over its limits): `response.status` says which, and
+  /// stays. Unset: a short text/plain body.
+  std::function<void(Response& response)> refusal;
+  /// Writes the answer to a handler that threw `what` (status preset to 500).
+  /// Unset: 500 with a short text/plain body.
+  std::function<void(const std::string& what, Response& response)> exception;
+  /// Told the status of every response sent, refusals included (a connection
+  /// refused at accept counts as 503).
+  std::function<void(int status)> responded;
+};
 
 /// Counters for metrics and tests.
 struct ServerStats {
@@ -51,7 +70,8 @@ class Server {
  public:
   /// Checks the options (positive limits and thread counts).
   /// kInvalidArgument naming the bad option.
-  static Result<std::unique_ptr<Server>> Create(ServerOptions options, Handler handler);
+  static Result<std::unique_ptr<Server>> Create(ServerOptions options, Handler handler,
+                                                ServerHooks hooks = {});
   ~Server();  ///< Stop()
   Server(const Server&) = delete;
   Server& operator=(const Server&) = delete;

@@ -36,9 +36,10 @@ class ConnectionBase {
 };
 
 struct ServerCore {
-  ServerCore(ServerOptions o, Handler h)
+  ServerCore(ServerOptions o, Handler h, ServerHooks k)
       : options(std::move(o)),
         handler(std::move(h)),
+        hooks(std::move(k)),
         connections(options.max_connections, options.max_connections_per_client),
         streams(options.max_streams, options.max_streams_per_client),
         workers(static_cast<size_t>(options.worker_threads)) {}
@@ -52,9 +53,12 @@ struct ServerCore {
   std::vector<std::shared_ptr<StreamState>> LiveStreams();
   /// Waits until no connection is registered or `ms` has passed; true if none.
   bool WaitIdle(int64_t ms);
+  /// hooks.responded(status), if set.
+  void Responded(int status) const;
 
   const ServerOptions options;
   const Handler handler;
+  const ServerHooks hooks;
   Admission connections;
   Admission streams;
   std::atomic<bool> stopping{false};

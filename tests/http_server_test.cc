@@ -340,6 +340,43 @@ TEST_F(HttpServerTest, HandlerExceptionIs500) {
   EXPECT_EQ(Exchange("GET / HTTP/1.1\r\nHost: t\r\n\r\n"), 500);
 }
 
+TEST_F(HttpServerTest, HooksWriteRefusalsAndSeeEveryStatus) {
+  std::mutex mu;
+  std::vector<int> statuses;
+  ServerHooks hooks;
+  hooks.refusal = [](Response& res) {
+    res.SetContent("{\"status\":" + std::to_string(res.status) + "}", "application/problem+json");
+  };
+  hooks.exception = [](const std::string& what, Response& res) {
+    res.SetContent("{\"detail\":\"" + what + "\"}", "application/problem+json");
+  };
+  hooks.responded = [&](int status) {
+    std::lock_guard<std::mutex> lock(mu);
+    statuses.push_back(status);
+  };
+  auto s = Server::Create(
+      TestOptions(),
+      [](const Request& req, Response& res) {
+        if (req.path == "/throw") throw std::runtime_error("boom");
+        res.SetContent("ok", "text/plain");
+      },
+      hooks);
+  ASSERT_TRUE(s.ok());
+  server_ = std::move(s).value();
+  ASSERT_TRUE(server_->Start().ok());
+  port_ = server_->port();
+  std::string body, head;
+  EXPECT_EQ(Exchange("GET / HTTP/1.1\r\nHost: t\r\n\r\n"), 200);
+  EXPECT_EQ(Exchange("GET /throw HTTP/1.1\r\nHost: t\r\n\r\n", &body), 500);
+  EXPECT_EQ(body, "{\"detail\":\"boom\"}");
+  EXPECT_EQ(Exchange(testing::kConflictingLengths, &body, &head), 400);
+  EXPECT_EQ(body, "{\"status\":400}");
+  EXPECT_NE(head.find("Content-Type: application/problem+json\r\n"), std::string::npos);
+  server_->Stop();
+  std::lock_guard<std::mutex> lock(mu);
+  EXPECT_EQ(statuses, (std::vector<int>{200, 500, 400}));
+}
+
 TEST_F(HttpServerTest, ExpectContinue) {
   StartServer();
   RawClient c(port_);
