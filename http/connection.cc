@@ -1,6 +1,7 @@
 #include "http/connection.h"
 
 #include <exception>
+#include <string_view>
 #include <utility>
 
 #include <boost/asio/ip/tcp.hpp>
@@ -26,7 +27,7 @@ constexpr size_t kDrainBytes = 1 << 20;
 
 // Room for a header at the limit plus a chunk-size line; the parser consumes
 // body bytes as they come, so the buffer never holds more than this.
-size_t BufferLimit(const ServerOptions& o) { return o.max_header_bytes + 16 * 1024; }
+size_t BufferLimit(const ServerOptions& o) { return o.max_header_bytes + size_t{16} * 1024; }
 
 // What a failed read calls for: a status to answer with, or 0 to close
 // silently (the client went away, the deadline passed, the server stops).
@@ -45,11 +46,12 @@ int StatusForReadError(const boost::system::error_code& ec, const RequestParser&
 Response Refusal(const ServerCore& core, int status, const std::string& why) {
   Response r;
   r.status = status;
-  r.SetContent(
-      (why.empty() ? std::string(bhttp::obsolete_reason(static_cast<bhttp::status>(status)))
-                   : why) +
-          "\n",
-      "text/plain; charset=utf-8");
+  std::string text = why;
+  if (text.empty()) {
+    auto reason = bhttp::obsolete_reason(static_cast<bhttp::status>(status));
+    text.assign(reason.data(), reason.size());
+  }
+  r.SetContent(text + "\n", "text/plain; charset=utf-8");
   if (core.hooks.refusal) {
     try {
       core.hooks.refusal(r);
@@ -178,8 +180,8 @@ void Connection<Socket>::OnHeaderRead(error_code ec) {
   // header has passed every check (a body over the limit was refused above).
   const Request& r = parser_->request();
   if (r.version >= 11 && beast::iequals(r.Header("Expect"), "100-continue")) {
-    static const std::string kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
-    return asio::async_write(socket_, asio::buffer(kContinue),
+    static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
+    return asio::async_write(socket_, asio::buffer(kContinue.data(), kContinue.size()),
                              [self = this->shared_from_this()](error_code ec, size_t) {
                                if (self->phase_ != Phase::kReading) return;
                                if (ec) return self->Close();

@@ -69,8 +69,8 @@ std::string FormatStreamHead(const Response& response, int version) {
   return out;
 }
 
-const std::string& OverloadedResponse() {
-  static const std::string kText =
+std::string_view OverloadedResponse() {
+  static constexpr std::string_view kText =
       "HTTP/1.1 503 Service Unavailable\r\n"
       "Content-Type: text/plain; charset=utf-8\r\n"
       "Retry-After: 1\r\n"

@@ -6,6 +6,7 @@
 // (Content-Length, Transfer-Encoding, Connection).
 
 #include <string>
+#include <string_view>
 
 #include "http/message.h"
 
@@ -20,6 +21,6 @@ std::string FormatResponse(const Response& response, int version, bool head, boo
 std::string FormatStreamHead(const Response& response, int version);
 
 /// What a connection refused at accept receives, if anything: a 503.
-const std::string& OverloadedResponse();
+std::string_view OverloadedResponse();
 
 }  // namespace idem::http

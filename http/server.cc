@@ -1,5 +1,6 @@
 #include "http/server.h"
 
+#include <array>
 #include <chrono>
 #include <future>
 #include <thread>
@@ -118,9 +119,13 @@ struct Server::Impl {
       core.refused++;
       core.Responded(503);
       socket.non_blocking(true, ec);
-      const std::string& text = OverloadedResponse();
-      socket.write_some(asio::buffer(text), ec);
-      socket.shutdown(tcp::socket::shutdown_both, ec);
+      std::string_view text = OverloadedResponse();
+      socket.write_some(asio::buffer(text.data(), text.size()), ec);
+      socket.shutdown(tcp::socket::shutdown_send, ec);
+      // Drop what has already arrived (without waiting): closing over unread
+      // input would reset the connection and could take the 503 with it.
+      std::array<char, 4096> scratch;
+      for (int i = 0; i < 16 && !ec; ++i) socket.read_some(asio::buffer(scratch), ec);
       socket.close(ec);
       return;
     }

@@ -15,7 +15,20 @@
 
 namespace {
 
-using namespace idem::http::testing;
+using idem::http::testing::ChunkedBody;
+using idem::http::testing::FloodResult;
+using idem::http::testing::HeaderLines;
+using idem::http::testing::kConflictingLengths;
+using idem::http::testing::kPostWithoutBody;
+using idem::http::testing::kTwoAuthorizations;
+using idem::http::testing::NowMs;
+using idem::http::testing::Once;
+using idem::http::testing::Prober;
+using idem::http::testing::Ranges;
+using idem::http::testing::RssKb;
+using idem::http::testing::Slowloris;
+using idem::http::testing::SlowResult;
+using idem::http::testing::TrivialHandler;
 
 int64_t PeakRssKb() {
   std::ifstream in("/proc/self/status");
@@ -50,8 +63,8 @@ int main(int argc, char** argv) {
   idem::http::ServerOptions options;         // the defaults, as `idem serve` would run them
   if (quick) {  // small limits, so that the small attacks still pass them
     options.request_timeout_ms = 1000;
-    options.max_body_bytes = 64 * 1024;
-    options.max_header_bytes = 8 * 1024;
+    options.max_body_bytes = size_t{64} * 1024;
+    options.max_header_bytes = size_t{8} * 1024;
   }
   auto server = idem::http::Server::Create(options, TrivialHandler());
   if (!server.ok() || !(*server)->Start().ok()) {
