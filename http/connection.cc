@@ -392,8 +392,7 @@ void Connection<Socket>::Close() {
   auto& layer = beast::get_lowest_layer(socket_);
   layer.shutdown(asio::socket_base::shutdown_both, ignored);
   layer.close(ignored);
-  queue_.clear();
-  parser_.reset();
+  queue_.clear();  // (the parser stays: a read still pending completes on it)
   ticket_.Release();
   stream_ticket_.Release();
   if (stream_ != nullptr) stream_->MarkClosed();
