@@ -55,7 +55,7 @@ Result<UndoEnd> DriveUndo(SagaRun* run, int index) {
       if (!same_key_safe && !info.has_status) {
         st.error = "compensation outcome unknown after a crash and " + comp.tool +
                    " has neither a status lookup nor idempotency keys";
-        IDEM_RETURN_IF_ERROR(d.Fire(StepEvent::kUndoFailedFinal));
+        IDEM_RETURN_IF_ERROR(d.Fire(StepEvent::kUndoFailed));
         break;
       }
       d.queue.push_back(StepCommand::kCallCompensation);
@@ -93,8 +93,7 @@ Result<UndoEnd> DriveUndo(SagaRun* run, int index) {
           st.error =
               "gave up after " + std::to_string(st.comp_attempt) + " attempts: " + outcome.error;
         }
-        IDEM_RETURN_IF_ERROR(
-            d.Fire(retry ? StepEvent::kUndoFailedRetryable : StepEvent::kUndoFailedFinal));
+        IDEM_RETURN_IF_ERROR(d.Fire(StepEvent::kUndoFailed, StepFacts::WithRetryAllowed(retry)));
         break;
       }
       case StepCommand::kScheduleUndoRetry: {
@@ -142,10 +141,11 @@ Result<UndoEnd> DriveUndo(SagaRun* run, int index) {
 
 }  // namespace
 
-Result<std::optional<SagaEvent>> UndoNextStep(SagaRun* run) {
+Result<std::optional<UndoMove>> UndoNextStep(SagaRun* run) {
   const std::vector<storage::StepRecord>& steps = run->record().steps;
   auto item = NextUndo(steps, run->compensable());
-  if (!item) return std::optional<SagaEvent>(SagaEvent::kUndoCompletedLast);
+  if (!item)
+    return std::optional<UndoMove>({SagaEvent::kUndoCompleted, SagaFacts::WithMoreSteps(false)});
   int i = item->index;
   if (item->action == UndoAction::kResolveFirst) {
     auto d = run->BeginStep(i, /*rolling_back=*/true);
@@ -154,7 +154,7 @@ Result<std::optional<SagaEvent>> UndoNextStep(SagaRun* run) {
     if (!end.ok()) return end.status();
     if (*end == StepEnd::kParked) {
       run->set_park_reason("rollback: step " + steps[i].step_id + ": " + steps[i].error);
-      return std::optional<SagaEvent>(SagaEvent::kUndoParked);
+      return std::optional<UndoMove>({SagaEvent::kUndoParked, {}});
     }
     if (*end == StepEnd::kFailed) {
       // Resolved as never applied: a null compensation, no undo call.
@@ -162,21 +162,20 @@ Result<std::optional<SagaEvent>> UndoNextStep(SagaRun* run) {
           steps[i].step_id, "null_compensation", {{"reason", "the action never took effect"}})}));
     }
     // Succeeded or failed: look again (it may now need its compensation).
-    return std::optional<SagaEvent>();
+    return std::optional<UndoMove>();
   }
   if (item->action == UndoAction::kParked) {
     run->set_park_reason("rollback: step " + steps[i].step_id + ": " + steps[i].error);
-    return std::optional<SagaEvent>(SagaEvent::kUndoParked);
+    return std::optional<UndoMove>({SagaEvent::kUndoParked, {}});
   }
   auto end = DriveUndo(run, i);
   if (!end.ok()) return end.status();
   if (*end == UndoEnd::kParked) {
     run->set_park_reason("compensation of step " + steps[i].step_id + " failed: " + steps[i].error);
-    return std::optional<SagaEvent>(SagaEvent::kUndoParked);
+    return std::optional<UndoMove>({SagaEvent::kUndoParked, {}});
   }
   bool more = NextUndo(steps, run->compensable()).has_value();
-  return std::optional<SagaEvent>(more ? SagaEvent::kUndoCompletedMore
-                                       : SagaEvent::kUndoCompletedLast);
+  return std::optional<UndoMove>({SagaEvent::kUndoCompleted, SagaFacts::WithMoreSteps(more)});
 }
 
 Status ApplyUndoDecision(const Resolution& r, const std::string& compensation_tool, int64_t now_ms,

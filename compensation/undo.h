@@ -29,11 +29,17 @@
 
 namespace idem::compensation {
 
-/// One move of a rollback on `run`. Returns the saga event it came to
-/// (kUndoCompletedMore, kUndoCompletedLast, kUndoParked; the park reason is
-/// set on the run), or nullopt when an uncertain step was resolved and the
-/// planner must look again. A store error or a missing tool is returned.
-Result<std::optional<SagaEvent>> UndoNextStep(SagaRun* run);
+/// What a move of a rollback came to, for the saga machine.
+struct UndoMove {
+  SagaEvent event;  ///< kUndoCompleted (facts: more_steps) or kUndoParked
+  SagaFacts facts;
+};
+
+/// One move of a rollback on `run`. Returns the saga event it came to (for
+/// kUndoParked the park reason is set on the run), or nullopt when an
+/// uncertain step was resolved and the planner must look again. A store
+/// error or a missing tool is returned.
+Result<std::optional<UndoMove>> UndoNextStep(SagaRun* run);
 
 /// Records a person's decision about a failed compensation of step `st`
 /// (whose machine already accepted it) into `st` and `batch`:

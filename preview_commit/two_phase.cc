@@ -22,7 +22,7 @@ Result<PhaseEnd> AdvanceTwoPhase(SagaRun* run, StepDrive* d) {
   const EngineOptions& options = run->options();
   auto fail = [&](const std::string& why) -> Result<PhaseEnd> {
     st->error = why;
-    IDEM_RETURN_IF_ERROR(d->Fire(StepEvent::kFailedFinal));
+    IDEM_RETURN_IF_ERROR(d->Fire(StepEvent::kFailed));
     return PhaseEnd::kContinue;
   };
   for (int round = 0; round < 2 * kMaxPreviews + 2; ++round) {
@@ -77,7 +77,7 @@ Result<PhaseEnd> AdvanceTwoPhase(SagaRun* run, StepDrive* d) {
       }
       case StepState::kPreviewed: {
         if (run->clock()->NowMs() >= phase.expires_ms) {
-          IDEM_RETURN_IF_ERROR(d->Fire(StepEvent::kExpiredRePreview));
+          IDEM_RETURN_IF_ERROR(d->Fire(StepEvent::kExpired));
           IDEM_RETURN_IF_ERROR(
               run->CommitEntries(*d, {run->Entry(st->step_id, "token_expired", {})}));
           break;
@@ -102,15 +102,13 @@ Result<PhaseEnd> AdvanceTwoPhase(SagaRun* run, StepDrive* d) {
       case StepState::kAwaitingApproval: {
         if (!phase.approval) {
           if (run->clock()->NowMs() < phase.expires_ms) return PhaseEnd::kWaiting;
-          if (spec.on_expiry == Fallback::kRePreview) {
-            IDEM_RETURN_IF_ERROR(d->Fire(StepEvent::kExpiredRePreview));
-            IDEM_RETURN_IF_ERROR(run->CommitEntries(
-                *d, {run->Entry(st->step_id, "approval_expired", {{"then", "re_preview"}})}));
-            break;
-          }
-          st->error = "approval expired at " + FormatTimeMs(phase.expires_ms);
-          IDEM_RETURN_IF_ERROR(d->Fire(StepEvent::kExpiredRollback));
-          return PhaseEnd::kContinue;
+          bool re_preview = spec.on_expiry == Fallback::kRePreview;
+          if (!re_preview) st->error = "approval expired at " + FormatTimeMs(phase.expires_ms);
+          IDEM_RETURN_IF_ERROR(d->Fire(StepEvent::kExpired, StepFacts::WithRePreview(re_preview)));
+          if (d->state() == StepState::kFailed) return PhaseEnd::kContinue;  // kRecordFailed
+          IDEM_RETURN_IF_ERROR(run->CommitEntries(
+              *d, {run->Entry(st->step_id, "approval_expired", {{"then", "re_preview"}})}));
+          break;
         }
         const ApprovalRecord& approval = *phase.approval;
         if (!approval.approved()) {

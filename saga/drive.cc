@@ -17,9 +17,10 @@ namespace {
 // Fires a saga event; terminal, parked and waiting states are committed
 // here (the drive's last write), with the failpoints around the terminal
 // commit; a move to another running state is staged.
-Status FireSaga(SagaRun* run, SagaEvent event, std::deque<SagaCommand>* queue) {
+Status FireSaga(SagaRun* run, SagaEvent event, std::deque<SagaCommand>* queue,
+                const SagaFacts& facts = {}) {
   SagaMachine saga(run->state());
-  auto cmds = saga.Fire(event);
+  auto cmds = saga.Fire(event, facts);
   if (!cmds.ok()) return cmds.status();
   const SagaState next = saga.state();
   const std::string event_name = std::string("saga_") + SagaStateName(next);
@@ -79,7 +80,7 @@ Result<StepEnd> DriveStepOnce(SagaRun* run, int index) {
       auto args = run->ResolveArgs(spec.args, "steps[" + std::to_string(index) + "].args");
       if (!args.ok()) {
         d.st.error = args.status().message();
-        IDEM_RETURN_IF_ERROR(d.Fire(StepEvent::kFailedFinal));
+        IDEM_RETURN_IF_ERROR(d.Fire(StepEvent::kFailed));
         break;  // queue holds kRecordFailed
       }
       d.st.args = *args;
@@ -130,21 +131,19 @@ Status RunNextStep(SagaRun* run, std::deque<SagaCommand>* queue) {
   const int n = run->step_count();
   int i = 0;
   while (i < n && run->step_state(i) == StepState::kSucceeded) ++i;
-  if (i == n) return FireSaga(run, SagaEvent::kStepCompletedLast, queue);
+  if (i == n)
+    return FireSaga(run, SagaEvent::kStepCompleted, queue, SagaFacts::WithMoreSteps(false));
   auto end = DriveStep(run, i);
   if (!end.ok()) return end.status();
   const storage::StepRecord& st = run->record().steps[i];
   switch (*end) {
     case StepEnd::kSucceeded:
-      return FireSaga(
-          run, i + 1 == n ? SagaEvent::kStepCompletedLast : SagaEvent::kStepCompletedMore, queue);
+      return FireSaga(run, SagaEvent::kStepCompleted, queue, SagaFacts::WithMoreSteps(i + 1 < n));
     case StepEnd::kFailed:
       run->set_park_reason("step " + st.step_id + " failed: " + st.error);
-      return FireSaga(run,
-                      compensation::HasEffectsToUndo(run->record().steps, run->compensable())
-                          ? SagaEvent::kStepFailedUndo
-                          : SagaEvent::kStepFailedNothing,
-                      queue);
+      return FireSaga(run, SagaEvent::kStepFailed, queue,
+                      SagaFacts::WithEffectsToUndo(
+                          compensation::HasEffectsToUndo(run->record().steps, run->compensable())));
     case StepEnd::kParked:
       run->set_park_reason("step " + st.step_id + ": " + st.error);
       return FireSaga(run, SagaEvent::kStepParked, queue);
@@ -207,7 +206,7 @@ Status DriveStates(SagaRun* run) {
         auto event = compensation::UndoNextStep(run);
         if (!event.ok()) return event.status();
         if (*event) {
-          IDEM_RETURN_IF_ERROR(FireSaga(run, **event, &queue));
+          IDEM_RETURN_IF_ERROR(FireSaga(run, (*event)->event, &queue, (*event)->facts));
         } else {
           queue.push_back(SagaCommand::kUndoNextStep);  // resolved: look again
         }

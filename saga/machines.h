@@ -7,6 +7,14 @@
 // carry out (journal writes, tool calls), or is refused with
 // kIllegalTransition and leaves the state unchanged. They perform no I/O.
 //
+// An event says what happened; the facts fired with it (StepFacts,
+// SagaFacts) say what the situation is (may it retry, do more steps remain),
+// and guarded rows of the table choose the target from them.
+//
+// Every enum here is one X-macro list, X(Name, "name") for kName (see
+// saga/enum_list.h): the enum, its names and the machine's dispatch follow
+// from it, so an event is added with one edit plus its rows.
+//
 // A machine is restored from a persisted state with its constructor, so
 // recovery continues exactly where the journal says the saga stood.
 //
@@ -16,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "saga/enum_list.h"
 #include "saga/states.h"
 
 #include "common/status.h"
@@ -24,50 +33,72 @@ namespace idem {
 
 // ---- step machine
 
+// clang-format off
 /// Events of a step (past tense: what happened).
-enum class StepEvent {
-  kSubmitted,            ///< `submitted` is journaled; call the tool
-  kSucceeded,            ///< the tool answered success
-  kFailedRetryable,      ///< definite failure, policy allows a keyed retry
-  kFailedFinal,          ///< definite failure, no retry left
-  kOutcomeUnknown,       ///< the call may or may not have happened
-  kResolvedApplied,      ///< status lookup: the key took effect
-  kResolvedRetry,        ///< lookup says not applied, or the tool honours keys: resend
-  kResolvedNotApplied,   ///< lookup says not applied and no retry is allowed
-  kUnresolvable,         ///< no way to learn the outcome: a person must look
-  kRollbackStarted,      ///< the saga rolls back and this step has an effect to undo
-  kUndone,               ///< the compensation succeeded
-  kUndoFailedRetryable,  ///< the compensation failed; try again with backoff
-  kUndoFailedFinal,      ///< the compensation failed for good
-  kOperatorApplied,      ///< a person confirmed the parked action took effect
-  kOperatorNotApplied,   ///< a person confirmed it did not
-  kOperatorRetry,        ///< a person asks for another attempt, same key
-  kOperatorUndone,       ///< a person confirmed the failed undo is done
-  kOperatorRetryUndo,    ///< a person asks for another round of undo attempts
-  kPreviewRecorded,      ///< two-phase: preview and commit token journaled
-  kApprovalRequested,    ///< the commit waits for a person
-  kTokenConsumed,        ///< the token is spent with `submitted`: commit now
-  kApproved,             ///< a person approved; the token is spent with `submitted`
-  kRejected,             ///< a person rejected the commit
-  kExpiredRePreview,     ///< the token expired; policy: preview again
-  kExpiredRollback,      ///< the token expired; policy: roll back
-  kStaleRePreview,       ///< the commit found the preview stale; preview again
-};
-const char* StepEventName(StepEvent e);
+#define IDEM_STEP_EVENTS(X)                                                                      \
+  X(Submitted,          "submitted")            /* `submitted` is journaled; call the tool */    \
+  X(Succeeded,          "succeeded")            /* the tool answered success */                  \
+  X(Failed,             "failed")               /* definite failure; facts: retry_allowed */     \
+  X(OutcomeUnknown,     "outcome_unknown")      /* the call may or may not have happened */      \
+  X(ResolvedApplied,    "resolved_applied")     /* status lookup: the key took effect */         \
+  X(ResolvedRetry,      "resolved_retry")       /* not applied, or keys honoured: resend */      \
+  X(ResolvedNotApplied, "resolved_not_applied") /* not applied and no retry is allowed */        \
+  X(Unresolvable,       "unresolvable")         /* no way to learn the outcome: a person */      \
+  X(RollbackStarted,    "rollback_started")     /* rollback; this step has an effect to undo */  \
+  X(Undone,             "undone")               /* the compensation succeeded */                 \
+  X(UndoFailed,         "undo_failed")          /* the compensation failed; facts: retry_allowed */ \
+  X(OperatorApplied,    "operator_applied")     /* a person: the parked action took effect */    \
+  X(OperatorNotApplied, "operator_not_applied") /* a person: it did not */                       \
+  X(OperatorRetry,      "operator_retry")       /* a person: another attempt, same key */        \
+  X(OperatorUndone,     "operator_undone")      /* a person: the failed undo is done */          \
+  X(OperatorRetryUndo,  "operator_retry_undo")  /* a person: another round of undo attempts */   \
+  X(PreviewRecorded,    "preview_recorded")     /* two-phase: preview and token journaled */     \
+  X(ApprovalRequested,  "approval_requested")   /* the commit waits for a person */              \
+  X(TokenConsumed,      "token_consumed")       /* the token is spent with `submitted` */        \
+  X(Approved,           "approved")             /* approved; the token is spent with `submitted` */ \
+  X(Rejected,           "rejected")             /* a person rejected the commit */               \
+  X(Expired,            "expired")              /* the token expired; facts: re_preview */       \
+  X(StaleRePreview,     "stale_re_preview")     /* the commit found the preview stale */
 
 /// What the executor must do after a step transition.
-enum class StepCommand {
-  kCallTool,           ///< call the tool with the step key
-  kRecordSucceeded,    ///< journal the result and the effect
-  kRecordFailed,       ///< journal the refusal
-  kScheduleRetry,      ///< back off, journal the next attempt, call with the same key
-  kResolveOutcome,     ///< status lookup or same-key retry, per the tool
-  kParkStep,           ///< journal needs_attention with the reason
-  kCallCompensation,   ///< call the compensation with its own key
-  kScheduleUndoRetry,  ///< back off, call the compensation again, same key
-  kRecordUndone,       ///< journal the compensation and its effect
-};
+#define IDEM_STEP_COMMANDS(X)                                                                    \
+  X(CallTool,          "call_tool")           /* call the tool with the step key */              \
+  X(RecordSucceeded,   "record_succeeded")    /* journal the result and the effect */            \
+  X(RecordFailed,      "record_failed")       /* journal the refusal */                          \
+  X(ScheduleRetry,     "schedule_retry")      /* back off, journal the attempt, same key */      \
+  X(ResolveOutcome,    "resolve_outcome")     /* status lookup or same-key retry, per the tool */ \
+  X(ParkStep,          "park_step")           /* journal needs_attention with the reason */      \
+  X(CallCompensation,  "call_compensation")   /* call the compensation with its own key */       \
+  X(ScheduleUndoRetry, "schedule_undo_retry") /* back off, call the compensation again */        \
+  X(RecordUndone,      "record_undone")       /* journal the compensation and its effect */
+// clang-format on
+
+IDEM_DECLARE_ENUM(StepEvent, IDEM_STEP_EVENTS);
+IDEM_DECLARE_ENUM(StepCommand, IDEM_STEP_COMMANDS);
+const char* StepEventName(StepEvent e);
 const char* StepCommandName(StepCommand c);
+
+/// The situation a step event happened in. Guards of the step table read
+/// it; an event ignores the fields it does not name.
+struct StepFacts {
+  /// kFailed (from submitted), kUndoFailed: policy allows another attempt
+  /// with the same key.
+  bool retry_allowed = false;
+  /// kExpired while awaiting approval: the spec's on_expiry is re_preview,
+  /// else rollback. An expired token without approval always previews again.
+  bool re_preview = false;
+
+  static StepFacts WithRetryAllowed(bool v) {
+    StepFacts f;
+    f.retry_allowed = v;
+    return f;
+  }
+  static StepFacts WithRePreview(bool v) {
+    StepFacts f;
+    f.re_preview = v;
+    return f;
+  }
+};
 
 class StepMachine {
  public:
@@ -78,9 +109,9 @@ class StepMachine {
   StepMachine& operator=(StepMachine&&) noexcept;
 
   StepState state() const;
-  /// Moves on `event`. kIllegalTransition (state unchanged) if no row of the
-  /// table accepts it in the current state.
-  Result<std::vector<StepCommand>> Fire(StepEvent event);
+  /// Moves on `event` in the situation `facts`. kIllegalTransition (state
+  /// unchanged) if no row of the table accepts it in the current state.
+  Result<std::vector<StepCommand>> Fire(StepEvent event, const StepFacts& facts = {});
 
  private:
   struct Impl;
@@ -89,42 +120,71 @@ class StepMachine {
 
 // ---- saga machine
 
-enum class SagaEvent {
-  kStarted,               ///< the executor took the saga up
-  kStepCompletedMore,     ///< a step succeeded and more remain
-  kStepCompletedLast,     ///< the last step succeeded
-  kStepFailedUndo,        ///< a step failed for good; completed effects exist
-  kStepFailedNothing,     ///< a step failed for good; nothing to undo
-  kStepParked,            ///< a step needs a person
-  kCancelRequested,       ///< a caller cancelled
-  kUndoCompletedMore,     ///< a compensation finished; more remain
-  kUndoCompletedLast,     ///< the last compensation finished
-  kUndoParked,            ///< a compensation gave up: a person must look
-  kOperatorResumed,       ///< a person resolved the parked step; go on forward
-  kOperatorResumedUndo,   ///< a person resolved the parked step; go on undoing
-  kStepAwaitingApproval,  ///< a step waits for a person's approval
-  kApprovalSettled,       ///< approved, rejected or expired: go on
-};
-const char* SagaEventName(SagaEvent e);
+// clang-format off
+#define IDEM_SAGA_EVENTS(X)                                                                      \
+  X(Started,              "started")                /* the executor took the saga up */          \
+  X(StepCompleted,        "step_completed")         /* a step succeeded; facts: more_steps */    \
+  X(StepFailed,           "step_failed")            /* a step failed for good; facts: effects_to_undo */ \
+  X(StepParked,           "step_parked")            /* a step needs a person */                  \
+  X(CancelRequested,      "cancel_requested")       /* a caller cancelled */                     \
+  X(UndoCompleted,        "undo_completed")         /* a compensation finished; facts: more_steps */ \
+  X(UndoParked,           "undo_parked")            /* a compensation gave up: a person must look */ \
+  X(OperatorResumed,      "operator_resumed")       /* a person resolved the parked step; facts: rolling_back */ \
+  X(StepAwaitingApproval, "step_awaiting_approval") /* a step waits for a person's approval */   \
+  X(ApprovalSettled,      "approval_settled")       /* approved, rejected or expired: go on */
 
-enum class SagaCommand {
-  kRunNextStep,
-  kUndoNextStep,
-  kRecordTerminal,
-  kRecordParked,
-  kRecordWaiting,  ///< commit awaiting_approval; the drive ends
-};
+#define IDEM_SAGA_COMMANDS(X)                                                                    \
+  X(RunNextStep,    "run_next_step")                                                             \
+  X(UndoNextStep,   "undo_next_step")                                                            \
+  X(RecordTerminal, "record_terminal")                                                           \
+  X(RecordParked,   "record_parked")                                                             \
+  X(RecordWaiting,  "record_waiting")  /* commit awaiting_approval; the drive ends */
+// clang-format on
+
+IDEM_DECLARE_ENUM(SagaEvent, IDEM_SAGA_EVENTS);
+IDEM_DECLARE_ENUM(SagaCommand, IDEM_SAGA_COMMANDS);
+const char* SagaEventName(SagaEvent e);
 const char* SagaCommandName(SagaCommand c);
+
+/// The situation a saga event happened in. Guards of the saga table read
+/// it; an event ignores the fields it does not name.
+struct SagaFacts {
+  /// kStepCompleted: steps remain to run; kUndoCompleted: steps remain to undo.
+  bool more_steps = false;
+  /// kStepFailed: completed effects exist that a rollback must undo.
+  bool effects_to_undo = false;
+  /// kOperatorResumed: a rollback had begun before the saga was parked.
+  bool rolling_back = false;
+
+  static SagaFacts WithMoreSteps(bool v) {
+    SagaFacts f;
+    f.more_steps = v;
+    return f;
+  }
+  static SagaFacts WithEffectsToUndo(bool v) {
+    SagaFacts f;
+    f.effects_to_undo = v;
+    return f;
+  }
+  static SagaFacts WithRollingBack(bool v) {
+    SagaFacts f;
+    f.rolling_back = v;
+    return f;
+  }
+};
 
 class SagaMachine {
  public:
+  /// A machine standing in `state` (kPending for a new saga).
   explicit SagaMachine(SagaState state);
   ~SagaMachine();
   SagaMachine(SagaMachine&&) noexcept;
   SagaMachine& operator=(SagaMachine&&) noexcept;
 
   SagaState state() const;
-  Result<std::vector<SagaCommand>> Fire(SagaEvent event);
+  /// Moves on `event` in the situation `facts`; kIllegalTransition (state
+  /// unchanged) if no row accepts it.
+  Result<std::vector<SagaCommand>> Fire(SagaEvent event, const SagaFacts& facts = {});
 
  private:
   struct Impl;

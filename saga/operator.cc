@@ -144,8 +144,7 @@ Result<SagaRecord> Engine::Resolve(const std::string& saga_id, const Resolution&
     rolling_back |= InRollback(static_cast<int>(i) == index ? m.state() : saga->steps[i]);
   }
   SagaMachine machine(SagaState::kNeedsAttention);
-  auto scmds =
-      machine.Fire(rolling_back ? SagaEvent::kOperatorResumedUndo : SagaEvent::kOperatorResumed);
+  auto scmds = machine.Fire(SagaEvent::kOperatorResumed, SagaFacts::WithRollingBack(rolling_back));
   if (!scmds.ok()) return scmds.status();
   b.saga_state = SagaStateName(machine.state());
   b.saga_reason = record.summary.reason;

@@ -43,8 +43,8 @@ Result<LoadedSaga> LoadedSaga::From(storage::SagaRecord record) {
   return out;
 }
 
-Status StepDrive::Fire(StepEvent e) {
-  auto cmds = m.Fire(e);
+Status StepDrive::Fire(StepEvent e, const StepFacts& facts) {
+  auto cmds = m.Fire(e, facts);
   if (!cmds.ok()) return cmds.status();
   queue.insert(queue.end(), cmds->begin(), cmds->end());
   return Status::Ok();
@@ -263,18 +263,18 @@ Result<StepEnd> SagaRun::SettleUncertain(StepDrive* d) {
 // A definite failure: keyed retry where policy and the tool allow it.
 // Write tools retry at most once, and only when the tool honours keys or a
 // status lookup confirms the key was not applied.
-StepEvent SagaRun::ClassifyFailure(const StepDrive& d, const ToolOutcome& outcome) {
+StepFacts SagaRun::ClassifyFailure(const StepDrive& d, const ToolOutcome& outcome) {
   if (d.rolling_back || !outcome.retryable || d.st.attempt >= d.spec->retry.max_attempts) {
-    return StepEvent::kFailedFinal;
+    return StepFacts::WithRetryAllowed(false);
   }
   const ToolInfo& info = d.tool->info();
   bool write = info.effect == EffectClass::kWrite || info.effect == EffectClass::kIrreversible;
-  if (!write || info.honours_keys) return StepEvent::kFailedRetryable;
+  if (!write || info.honours_keys) return StepFacts::WithRetryAllowed(true);
   if (info.has_status) {
     LookupOutcome look = d.tool->Lookup(d.st.step_key);
-    if (look.kind == LookupKind::kNotApplied) return StepEvent::kFailedRetryable;
+    if (look.kind == LookupKind::kNotApplied) return StepFacts::WithRetryAllowed(true);
   }
-  return StepEvent::kFailedFinal;
+  return StepFacts::WithRetryAllowed(false);
 }
 
 // An unknown outcome: status lookup, else a same-key retry where the tool
@@ -369,7 +369,7 @@ Result<StepEnd> SagaRun::RunCommands(StepDrive* d) {
             break;
           case OutcomeKind::kFailed:
             st.error = outcome.error;
-            IDEM_RETURN_IF_ERROR(d->Fire(ClassifyFailure(*d, outcome)));
+            IDEM_RETURN_IF_ERROR(d->Fire(StepEvent::kFailed, ClassifyFailure(*d, outcome)));
             break;
           case OutcomeKind::kUnknown:
             st.error = outcome.error;

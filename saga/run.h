@@ -79,9 +79,10 @@ struct StepDrive {
   bool rolling_back = false;
 
   StepState state() const { return m.state(); }
-  /// Moves the machine on `e` and queues the commands it emits.
-  /// kIllegalTransition (nothing changed) if the table refuses it.
-  Status Fire(StepEvent e);
+  /// Moves the machine on `e` in the situation `facts` and queues the
+  /// commands it emits. kIllegalTransition (nothing changed) if the table
+  /// refuses it.
+  Status Fire(StepEvent e, const StepFacts& facts = {});
 };
 
 class SagaRun {
@@ -192,7 +193,7 @@ class SagaRun {
   /// A batch with the step's row, its state from the machine (now also the
   /// run's).
   storage::WriteBatch StepBatch(const StepDrive& d);
-  StepEvent ClassifyFailure(const StepDrive& d, const ToolOutcome& outcome);
+  StepFacts ClassifyFailure(const StepDrive& d, const ToolOutcome& outcome);
   StepEvent ResolveUnknown(StepDrive* d);
 
   storage::Store* store_;

@@ -1,148 +1,76 @@
 // The saga state machine: one Boost.MSM functor table, no I/O.
 // Restored from a persisted state the same way as the step machine.
 
-// The tables have more rows than MPL's preprocessed default of 20.
-#define BOOST_MPL_CFG_NO_PREPROCESSED_HEADERS
-#define BOOST_MPL_LIMIT_VECTOR_SIZE 30
-#define BOOST_MPL_LIMIT_MAP_SIZE 30
-#include <boost/msm/back/state_machine.hpp>
-#include <boost/msm/front/functor_row.hpp>
-#include <boost/msm/front/state_machine_def.hpp>
-
+// clang-format off
+#include "saga/msm_config.h"  // first: the one MSM configuration, before any Boost header
+// clang-format on
 #include "saga/machines.h"
 
 namespace idem {
 namespace {
 
-namespace msm = boost::msm;
-namespace msmf = boost::msm::front;
-namespace mpl = boost::mpl;
+using namespace machine_detail;  // NOLINT(google-build-using-namespace): table vocabulary
 
-// ---- events
+// ---- events: one struct per SagaEvent, carrying the facts it was fired with
+namespace ev {
+using Facts = SagaFacts;
 struct Restore {
   SagaState target;
 };
-struct Started {};
-struct StepCompletedMore {};
-struct StepCompletedLast {};
-struct StepFailedUndo {};
-struct StepFailedNothing {};
-struct StepParked {};
-struct CancelRequested {};
-struct UndoCompletedMore {};
-struct UndoCompletedLast {};
-struct UndoParked {};
-struct OperatorResumed {};
-struct OperatorResumedUndo {};
-struct StepAwaitingApproval {};
-struct ApprovalSettled {};
+IDEM_SAGA_EVENTS(IDEM_MSM_EVENT_STRUCT)
+}  // namespace ev
 
-// ---- states
-template <SagaState S>
-struct SagaStateT : msmf::state<> {
-  template <class Event, class Fsm>
-  void on_entry(const Event&, Fsm& fsm) {
-    fsm.current = S;
-  }
-};
-struct Restoring : msmf::state<> {};
-using Pending = SagaStateT<SagaState::kPending>;
-using Running = SagaStateT<SagaState::kRunning>;
-using AwaitingApproval = SagaStateT<SagaState::kAwaitingApproval>;
-using SucceededS = SagaStateT<SagaState::kSucceeded>;
-using Compensating = SagaStateT<SagaState::kCompensating>;
-using Compensated = SagaStateT<SagaState::kCompensated>;
-using FailedS = SagaStateT<SagaState::kFailed>;
-using Cancelled = SagaStateT<SagaState::kCancelled>;
-using NeedsAttention = SagaStateT<SagaState::kNeedsAttention>;
+// ---- states: one per SagaState, named like its enumerator without the k
+using StateEnum_ = SagaState;
+IDEM_SAGA_STATES(IDEM_MSM_STATE_ALIAS)
 
-// ---- actions
-template <SagaCommand C>
-struct Emit {
-  template <class Event, class Fsm, class Source, class Target>
-  void operator()(const Event&, Fsm& fsm, Source&, Target&) {
-    fsm.commands.push_back(C);
-  }
-};
+// ---- actions: each emits one command
 using RunNextStep = Emit<SagaCommand::kRunNextStep>;
 using UndoNextStep = Emit<SagaCommand::kUndoNextStep>;
 using RecordTerminal = Emit<SagaCommand::kRecordTerminal>;
 using RecordParked = Emit<SagaCommand::kRecordParked>;
 using RecordWaiting = Emit<SagaCommand::kRecordWaiting>;
 
-// ---- guards
-template <SagaState S>
-struct RestoresTo {
-  template <class Event, class Fsm, class Source, class Target>
-  bool operator()(const Event& e, Fsm&, Source&, Target&) {
-    return e.target == S;
-  }
-};
+// ---- guards: predicates of the facts the event carries
+using HasMoreSteps = Holds<&SagaFacts::more_steps>;
+using HasEffectsToUndo = Holds<&SagaFacts::effects_to_undo>;
+using RollingBack = Holds<&SagaFacts::rolling_back>;
 
-struct SagaMachineDef : msmf::state_machine_def<SagaMachineDef> {
-  using initial_state = Restoring;
-
-  SagaState current = SagaState::kPending;
-  std::vector<SagaCommand> commands;
-  bool refused = false;
-
+struct SagaMachineDef : MachineBase<SagaMachineDef, SagaState, SagaCommand> {
   using none = msmf::none;
+  template <class Start, class Event, class Target, class Action, class Guard>
+  using Row = msmf::Row<Start, Event, Target, Action, Guard>;
+
   // clang-format off
   struct transition_table : mpl::vector<
-  //          Start            Event              Target            Action          Guard
-  //         +----------------+------------------+-----------------+---------------+--------------------------------------+
-  msmf::Row < Restoring       , Restore          , Pending         , none          , RestoresTo<SagaState::kPending>          >,
-  msmf::Row < Restoring       , Restore          , Running         , none          , RestoresTo<SagaState::kRunning>          >,
-  msmf::Row < Restoring       , Restore          , AwaitingApproval, none          , RestoresTo<SagaState::kAwaitingApproval> >,
-  msmf::Row < Restoring       , Restore          , SucceededS      , none          , RestoresTo<SagaState::kSucceeded>        >,
-  msmf::Row < Restoring       , Restore          , Compensating    , none          , RestoresTo<SagaState::kCompensating>     >,
-  msmf::Row < Restoring       , Restore          , Compensated     , none          , RestoresTo<SagaState::kCompensated>      >,
-  msmf::Row < Restoring       , Restore          , FailedS         , none          , RestoresTo<SagaState::kFailed>           >,
-  msmf::Row < Restoring       , Restore          , Cancelled       , none          , RestoresTo<SagaState::kCancelled>        >,
-  msmf::Row < Restoring       , Restore          , NeedsAttention  , none          , RestoresTo<SagaState::kNeedsAttention>   >,
-  //         +----------------+------------------+-----------------+---------------+--------------------------------------+
-  msmf::Row < Pending         , Started          , Running         , RunNextStep   , none >,
-  msmf::Row < Pending         , CancelRequested  , Cancelled       , RecordTerminal, none >,
-  msmf::Row < Running         , StepCompletedMore, Running         , RunNextStep   , none >,
-  msmf::Row < Running         , StepCompletedLast, SucceededS      , RecordTerminal, none >,
-  msmf::Row < Running         , StepFailedUndo   , Compensating    , UndoNextStep  , none >,
-  msmf::Row < Running         , StepFailedNothing, FailedS         , RecordTerminal, none >,
-  msmf::Row < Running         , StepParked       , NeedsAttention  , RecordParked  , none >,
-  msmf::Row < Running         , CancelRequested  , Compensating    , UndoNextStep  , none >,
-  msmf::Row < Compensating    , UndoCompletedMore, Compensating    , UndoNextStep  , none >,
-  msmf::Row < Compensating    , UndoCompletedLast, Compensated     , RecordTerminal, none >,
-  msmf::Row < Compensating    , UndoParked       , NeedsAttention  , RecordParked  , none >,
-  msmf::Row < NeedsAttention  , OperatorResumed  , Running         , RunNextStep   , none >,
-  msmf::Row < NeedsAttention  , OperatorResumedUndo, Compensating  , UndoNextStep  , none >,
-  msmf::Row < Running         , StepAwaitingApproval, AwaitingApproval, RecordWaiting, none >,
-  msmf::Row < AwaitingApproval, ApprovalSettled  , Running         , RunNextStep   , none >
+  //     Start           , Event                   , Target          , Action        , Guard
+  //    +----------------+-------------------------+-----------------+---------------+-----------------------+
+  IDEM_SAGA_STATES(IDEM_MSM_RESTORE_ROW)  // Restoring --Restore{s}--> s, one row per state
+  //    +----------------+-------------------------+-----------------+---------------+-----------------------+
+  Row < Pending          , ev::Started             , Running         , RunNextStep   , none                  >,
+  Row < Pending          , ev::CancelRequested     , Cancelled       , RecordTerminal, none                  >,
+  Row < Running          , ev::StepCompleted       , Running         , RunNextStep   , HasMoreSteps          >,
+  Row < Running          , ev::StepCompleted       , Succeeded       , RecordTerminal, Not<HasMoreSteps>     >,
+  Row < Running          , ev::StepFailed          , Compensating    , UndoNextStep  , HasEffectsToUndo      >,
+  Row < Running          , ev::StepFailed          , Failed          , RecordTerminal, Not<HasEffectsToUndo> >,
+  Row < Running          , ev::StepParked          , NeedsAttention  , RecordParked  , none                  >,
+  Row < Running          , ev::CancelRequested     , Compensating    , UndoNextStep  , none                  >,
+  Row < Running          , ev::StepAwaitingApproval, AwaitingApproval, RecordWaiting , none                  >,
+  Row < AwaitingApproval , ev::ApprovalSettled     , Running         , RunNextStep   , none                  >,
+  // ---- rollback
+  //    +----------------+-------------------------+-----------------+---------------+-----------------------+
+  Row < Compensating     , ev::UndoCompleted       , Compensating    , UndoNextStep  , HasMoreSteps          >,
+  Row < Compensating     , ev::UndoCompleted       , Compensated     , RecordTerminal, Not<HasMoreSteps>     >,
+  Row < Compensating     , ev::UndoParked          , NeedsAttention  , RecordParked  , none                  >,
+  // ---- a person resolved the parked step: go on the way the saga was going
+  //    +----------------+-------------------------+-----------------+---------------+-----------------------+
+  Row < NeedsAttention   , ev::OperatorResumed     , Running         , RunNextStep   , Not<RollingBack>      >,
+  Row < NeedsAttention   , ev::OperatorResumed     , Compensating    , UndoNextStep  , RollingBack           >
   > {};
   // clang-format on
-
-  template <class Fsm, class Event>
-  void no_transition(const Event&, Fsm&, int) {
-    refused = true;
-  }
-  template <class Fsm, class Event>
-  void exception_caught(const Event&, Fsm&, std::exception&) {
-    refused = true;
-  }
 };
 
 using SagaFsm = msm::back::state_machine<SagaMachineDef>;
-
-template <class Event>
-Result<std::vector<SagaCommand>> Process(SagaFsm& fsm, const Event& event, SagaEvent name) {
-  fsm.commands.clear();
-  fsm.refused = false;
-  SagaState before = fsm.current;
-  fsm.process_event(event);
-  if (fsm.refused) {
-    return Status::IllegalTransition(std::string("saga in state ") + SagaStateName(before) +
-                                     " does not accept " + SagaEventName(name));
-  }
-  return fsm.commands;
-}
 
 }  // namespace
 
@@ -152,7 +80,7 @@ struct SagaMachine::Impl {
 
 SagaMachine::SagaMachine(SagaState state) : impl_(std::make_unique<Impl>()) {
   impl_->fsm.start();
-  impl_->fsm.process_event(Restore{state});
+  impl_->fsm.process_event(ev::Restore{state});
 }
 SagaMachine::~SagaMachine() = default;
 SagaMachine::SagaMachine(SagaMachine&&) noexcept = default;
@@ -160,88 +88,21 @@ SagaMachine& SagaMachine::operator=(SagaMachine&&) noexcept = default;
 
 SagaState SagaMachine::state() const { return impl_->fsm.current; }
 
-Result<std::vector<SagaCommand>> SagaMachine::Fire(SagaEvent event) {
-  SagaFsm& f = impl_->fsm;
-  switch (event) {
-    case SagaEvent::kStarted:
-      return Process(f, Started{}, event);
-    case SagaEvent::kStepCompletedMore:
-      return Process(f, StepCompletedMore{}, event);
-    case SagaEvent::kStepCompletedLast:
-      return Process(f, StepCompletedLast{}, event);
-    case SagaEvent::kStepFailedUndo:
-      return Process(f, StepFailedUndo{}, event);
-    case SagaEvent::kStepFailedNothing:
-      return Process(f, StepFailedNothing{}, event);
-    case SagaEvent::kStepParked:
-      return Process(f, StepParked{}, event);
-    case SagaEvent::kCancelRequested:
-      return Process(f, CancelRequested{}, event);
-    case SagaEvent::kUndoCompletedMore:
-      return Process(f, UndoCompletedMore{}, event);
-    case SagaEvent::kUndoCompletedLast:
-      return Process(f, UndoCompletedLast{}, event);
-    case SagaEvent::kUndoParked:
-      return Process(f, UndoParked{}, event);
-    case SagaEvent::kOperatorResumed:
-      return Process(f, OperatorResumed{}, event);
-    case SagaEvent::kOperatorResumedUndo:
-      return Process(f, OperatorResumedUndo{}, event);
-    case SagaEvent::kStepAwaitingApproval:
-      return Process(f, StepAwaitingApproval{}, event);
-    case SagaEvent::kApprovalSettled:
-      return Process(f, ApprovalSettled{}, event);
-  }
+Result<std::vector<SagaCommand>> SagaMachine::Fire(SagaEvent event, const SagaFacts& facts) {
+  auto process = [&](const auto& e) {
+    return Process(impl_->fsm, e, "saga", SagaStateName, SagaEventName(event));
+  };
+  IDEM_MSM_DISPATCH(SagaEvent, IDEM_SAGA_EVENTS, event, facts, process);
   return Status::IllegalTransition("unknown saga event");
 }
 
 const char* SagaEventName(SagaEvent e) {
-  switch (e) {
-    case SagaEvent::kStarted:
-      return "started";
-    case SagaEvent::kStepCompletedMore:
-      return "step_completed_more";
-    case SagaEvent::kStepCompletedLast:
-      return "step_completed_last";
-    case SagaEvent::kStepFailedUndo:
-      return "step_failed_undo";
-    case SagaEvent::kStepFailedNothing:
-      return "step_failed_nothing";
-    case SagaEvent::kStepParked:
-      return "step_parked";
-    case SagaEvent::kCancelRequested:
-      return "cancel_requested";
-    case SagaEvent::kUndoCompletedMore:
-      return "undo_completed_more";
-    case SagaEvent::kUndoCompletedLast:
-      return "undo_completed_last";
-    case SagaEvent::kUndoParked:
-      return "undo_parked";
-    case SagaEvent::kOperatorResumed:
-      return "operator_resumed";
-    case SagaEvent::kOperatorResumedUndo:
-      return "operator_resumed_undo";
-    case SagaEvent::kStepAwaitingApproval:
-      return "step_awaiting_approval";
-    case SagaEvent::kApprovalSettled:
-      return "approval_settled";
-  }
+  IDEM_ENUM_NAME(SagaEvent, IDEM_SAGA_EVENTS, e);
   return "?";
 }
 
 const char* SagaCommandName(SagaCommand c) {
-  switch (c) {
-    case SagaCommand::kRunNextStep:
-      return "run_next_step";
-    case SagaCommand::kUndoNextStep:
-      return "undo_next_step";
-    case SagaCommand::kRecordTerminal:
-      return "record_terminal";
-    case SagaCommand::kRecordParked:
-      return "record_parked";
-    case SagaCommand::kRecordWaiting:
-      return "record_waiting";
-  }
+  IDEM_ENUM_NAME(SagaCommand, IDEM_SAGA_COMMANDS, c);
   return "?";
 }
 

@@ -4,83 +4,30 @@
 // `Restore{state}`; one guarded row per state moves it there, so a machine
 // can resume any persisted state without a back door into MSM's internals.
 
-// The tables have more rows than MPL's preprocessed default of 20.
-#define BOOST_MPL_CFG_NO_PREPROCESSED_HEADERS
-#define BOOST_MPL_LIMIT_VECTOR_SIZE 50
-#define BOOST_MPL_LIMIT_MAP_SIZE 50
-#include <boost/msm/back/state_machine.hpp>
-#include <boost/msm/front/functor_row.hpp>
-#include <boost/msm/front/state_machine_def.hpp>
-
+// clang-format off
+#include "saga/msm_config.h"  // first: the one MSM configuration, before any Boost header
+// clang-format on
 #include "saga/machines.h"
 
 namespace idem {
 namespace {
 
-namespace msm = boost::msm;
-namespace msmf = boost::msm::front;
-namespace mpl = boost::mpl;
+using namespace machine_detail;  // NOLINT(google-build-using-namespace): table vocabulary
 
-// ---- events
+// ---- events: one struct per StepEvent, carrying the facts it was fired with
+namespace ev {
+using Facts = StepFacts;
 struct Restore {
   StepState target;
 };
-struct Submitted {};
-struct Succeeded {};
-struct FailedRetryable {};
-struct FailedFinal {};
-struct OutcomeUnknown {};
-struct ResolvedApplied {};
-struct ResolvedRetry {};
-struct ResolvedNotApplied {};
-struct Unresolvable {};
-struct RollbackStarted {};
-struct Undone {};
-struct UndoFailedRetryable {};
-struct UndoFailedFinal {};
-struct OperatorApplied {};
-struct OperatorNotApplied {};
-struct OperatorRetry {};
-struct OperatorUndone {};
-struct OperatorRetryUndo {};
-struct PreviewRecorded {};
-struct ApprovalRequested {};
-struct TokenConsumed {};
-struct Approved {};
-struct Rejected {};
-struct ExpiredRePreview {};
-struct ExpiredRollback {};
-struct StaleRePreview {};
+IDEM_STEP_EVENTS(IDEM_MSM_EVENT_STRUCT)
+}  // namespace ev
 
-// ---- states: each records its id on entry
-template <StepState S>
-struct StepStateT : msmf::state<> {
-  template <class Event, class Fsm>
-  void on_entry(const Event&, Fsm& fsm) {
-    fsm.current = S;
-  }
-};
-struct Restoring : msmf::state<> {};
-using Planned = StepStateT<StepState::kPlanned>;
-using SubmittedS = StepStateT<StepState::kSubmitted>;
-using Unknown = StepStateT<StepState::kUnknown>;
-using SucceededS = StepStateT<StepState::kSucceeded>;
-using Failed = StepStateT<StepState::kFailed>;
-using Compensating = StepStateT<StepState::kCompensating>;
-using Compensated = StepStateT<StepState::kCompensated>;
-using CompensationFailed = StepStateT<StepState::kCompensationFailed>;
-using NeedsAttention = StepStateT<StepState::kNeedsAttention>;
-using Previewed = StepStateT<StepState::kPreviewed>;
-using AwaitingApproval = StepStateT<StepState::kAwaitingApproval>;
+// ---- states: one per StepState, named like its enumerator without the k
+using StateEnum_ = StepState;
+IDEM_STEP_STATES(IDEM_MSM_STATE_ALIAS)
 
 // ---- actions: each emits one command
-template <StepCommand C>
-struct Emit {
-  template <class Event, class Fsm, class Source, class Target>
-  void operator()(const Event&, Fsm& fsm, Source&, Target&) {
-    fsm.commands.push_back(C);
-  }
-};
 using CallTool = Emit<StepCommand::kCallTool>;
 using RecordSucceeded = Emit<StepCommand::kRecordSucceeded>;
 using RecordFailed = Emit<StepCommand::kRecordFailed>;
@@ -91,97 +38,62 @@ using CallCompensation = Emit<StepCommand::kCallCompensation>;
 using ScheduleUndoRetry = Emit<StepCommand::kScheduleUndoRetry>;
 using RecordUndone = Emit<StepCommand::kRecordUndone>;
 
-// ---- guards
-template <StepState S>
-struct RestoresTo {
-  template <class Event, class Fsm, class Source, class Target>
-  bool operator()(const Event& e, Fsm&, Source&, Target&) {
-    return e.target == S;
-  }
-};
+// ---- guards: predicates of the facts the event carries
+using RetryAllowed = Holds<&StepFacts::retry_allowed>;
+using RePreviewOnExpiry = Holds<&StepFacts::re_preview>;
 
-struct StepMachineDef : msmf::state_machine_def<StepMachineDef> {
-  using initial_state = Restoring;
-
-  StepState current = StepState::kPlanned;
-  std::vector<StepCommand> commands;
-  bool refused = false;
-
+struct StepMachineDef : MachineBase<StepMachineDef, StepState, StepCommand> {
   using none = msmf::none;
+  template <class Start, class Event, class Target, class Action, class Guard>
+  using Row = msmf::Row<Start, Event, Target, Action, Guard>;
+
   // clang-format off
   struct transition_table : mpl::vector<
-  //          Start               Event                Target              Action             Guard
-  //         +-------------------+--------------------+-------------------+------------------+----------------------------------------+
-  msmf::Row < Restoring          , Restore            , Planned           , none             , RestoresTo<StepState::kPlanned>            >,
-  msmf::Row < Restoring          , Restore            , Previewed         , none             , RestoresTo<StepState::kPreviewed>          >,
-  msmf::Row < Restoring          , Restore            , AwaitingApproval  , none             , RestoresTo<StepState::kAwaitingApproval>   >,
-  msmf::Row < Restoring          , Restore            , SubmittedS        , none             , RestoresTo<StepState::kSubmitted>          >,
-  msmf::Row < Restoring          , Restore            , Unknown           , none             , RestoresTo<StepState::kUnknown>            >,
-  msmf::Row < Restoring          , Restore            , SucceededS        , none             , RestoresTo<StepState::kSucceeded>          >,
-  msmf::Row < Restoring          , Restore            , Failed            , none             , RestoresTo<StepState::kFailed>             >,
-  msmf::Row < Restoring          , Restore            , Compensating      , none             , RestoresTo<StepState::kCompensating>       >,
-  msmf::Row < Restoring          , Restore            , Compensated       , none             , RestoresTo<StepState::kCompensated>        >,
-  msmf::Row < Restoring          , Restore            , CompensationFailed, none             , RestoresTo<StepState::kCompensationFailed> >,
-  msmf::Row < Restoring          , Restore            , NeedsAttention    , none             , RestoresTo<StepState::kNeedsAttention>     >,
-  //         +-------------------+--------------------+-------------------+------------------+----------------------------------------+
-  msmf::Row < Planned            , Submitted          , SubmittedS        , CallTool         , none >,
-  msmf::Row < Planned            , FailedFinal        , Failed            , RecordFailed     , none >,
-  msmf::Row < SubmittedS         , Succeeded          , SucceededS        , RecordSucceeded  , none >,
-  msmf::Row < SubmittedS         , FailedRetryable    , SubmittedS        , ScheduleRetry    , none >,
-  msmf::Row < SubmittedS         , FailedFinal        , Failed            , RecordFailed     , none >,
-  msmf::Row < SubmittedS         , OutcomeUnknown     , Unknown           , ResolveOutcome   , none >,
-  msmf::Row < Unknown            , ResolvedApplied    , SucceededS        , RecordSucceeded  , none >,
-  msmf::Row < Unknown            , ResolvedRetry      , SubmittedS        , ScheduleRetry    , none >,
-  msmf::Row < Unknown            , ResolvedNotApplied , Failed            , RecordFailed     , none >,
-  msmf::Row < Unknown            , Unresolvable       , NeedsAttention    , ParkStep         , none >,
-  msmf::Row < SucceededS         , RollbackStarted    , Compensating      , CallCompensation , none >,
-  msmf::Row < Compensating       , Undone             , Compensated       , RecordUndone     , none >,
-  msmf::Row < Compensating       , UndoFailedRetryable, Compensating      , ScheduleUndoRetry, none >,
-  msmf::Row < Compensating       , UndoFailedFinal    , CompensationFailed, ParkStep         , none >,
-  //         +-------------------+--------------------+-------------------+------------------+----------------------------------------+
-  msmf::Row < NeedsAttention     , OperatorApplied    , SucceededS        , RecordSucceeded  , none >,
-  msmf::Row < NeedsAttention     , OperatorNotApplied , Failed            , RecordFailed     , none >,
-  msmf::Row < NeedsAttention     , OperatorRetry      , Planned           , none             , none >,
-  msmf::Row < CompensationFailed , OperatorUndone     , Compensated       , RecordUndone     , none >,
-  msmf::Row < CompensationFailed , OperatorRetryUndo  , Compensating      , CallCompensation , none >,
-  //         +-------------------+--------------------+-------------------+------------------+----------------------------------------+
-  msmf::Row < Planned            , PreviewRecorded    , Previewed         , none             , none >,
-  msmf::Row < Previewed          , ApprovalRequested  , AwaitingApproval  , none             , none >,
-  msmf::Row < Previewed          , TokenConsumed      , SubmittedS        , CallTool         , none >,
-  msmf::Row < Previewed          , ExpiredRePreview   , Planned           , none             , none >,
-  msmf::Row < Previewed          , FailedFinal        , Failed            , RecordFailed     , none >,
-  msmf::Row < AwaitingApproval   , Approved           , SubmittedS        , CallTool         , none >,
-  msmf::Row < AwaitingApproval   , Rejected           , Failed            , RecordFailed     , none >,
-  msmf::Row < AwaitingApproval   , ExpiredRePreview   , Planned           , none             , none >,
-  msmf::Row < AwaitingApproval   , ExpiredRollback    , Failed            , RecordFailed     , none >,
-  msmf::Row < SubmittedS         , StaleRePreview     , Planned           , none             , none >
+  //     Start             , Event                 , Target            , Action           , Guard
+  //    +------------------+-----------------------+-------------------+------------------+--------------------------+
+  IDEM_STEP_STATES(IDEM_MSM_RESTORE_ROW)  // Restoring --Restore{s}--> s, one row per state
+  // ---- forward: call the tool and settle its outcome
+  //    +------------------+-----------------------+-------------------+------------------+--------------------------+
+  Row < Planned            , ev::Submitted         , Submitted         , CallTool         , none                     >,
+  Row < Planned            , ev::Failed            , Failed            , RecordFailed     , none                     >,
+  Row < Submitted          , ev::Succeeded         , Succeeded         , RecordSucceeded  , none                     >,
+  Row < Submitted          , ev::Failed            , Submitted         , ScheduleRetry    , RetryAllowed             >,
+  Row < Submitted          , ev::Failed            , Failed            , RecordFailed     , Not<RetryAllowed>        >,
+  Row < Submitted          , ev::OutcomeUnknown    , Unknown           , ResolveOutcome   , none                     >,
+  Row < Submitted          , ev::StaleRePreview    , Planned           , none             , none                     >,
+  Row < Unknown            , ev::ResolvedApplied   , Succeeded         , RecordSucceeded  , none                     >,
+  Row < Unknown            , ev::ResolvedRetry     , Submitted         , ScheduleRetry    , none                     >,
+  Row < Unknown            , ev::ResolvedNotApplied, Failed            , RecordFailed     , none                     >,
+  Row < Unknown            , ev::Unresolvable      , NeedsAttention    , ParkStep         , none                     >,
+  // ---- two-phase: preview, approval, commit
+  //    +------------------+-----------------------+-------------------+------------------+--------------------------+
+  Row < Planned            , ev::PreviewRecorded   , Previewed         , none             , none                     >,
+  Row < Previewed          , ev::ApprovalRequested , AwaitingApproval  , none             , none                     >,
+  Row < Previewed          , ev::TokenConsumed     , Submitted         , CallTool         , none                     >,
+  Row < Previewed          , ev::Expired           , Planned           , none             , none                     >,
+  Row < Previewed          , ev::Failed            , Failed            , RecordFailed     , none                     >,
+  Row < AwaitingApproval   , ev::Approved          , Submitted         , CallTool         , none                     >,
+  Row < AwaitingApproval   , ev::Rejected          , Failed            , RecordFailed     , none                     >,
+  Row < AwaitingApproval   , ev::Expired           , Planned           , none             , RePreviewOnExpiry        >,
+  Row < AwaitingApproval   , ev::Expired           , Failed            , RecordFailed     , Not<RePreviewOnExpiry>   >,
+  // ---- a person resolves a parked step
+  //    +------------------+-----------------------+-------------------+------------------+--------------------------+
+  Row < NeedsAttention     , ev::OperatorApplied   , Succeeded         , RecordSucceeded  , none                     >,
+  Row < NeedsAttention     , ev::OperatorNotApplied, Failed            , RecordFailed     , none                     >,
+  Row < NeedsAttention     , ev::OperatorRetry     , Planned           , none             , none                     >,
+  // ---- compensation: undo a succeeded step during a rollback
+  //    +------------------+-----------------------+-------------------+------------------+--------------------------+
+  Row < Succeeded          , ev::RollbackStarted   , Compensating      , CallCompensation , none                     >,
+  Row < Compensating       , ev::Undone            , Compensated       , RecordUndone     , none                     >,
+  Row < Compensating       , ev::UndoFailed        , Compensating      , ScheduleUndoRetry, RetryAllowed             >,
+  Row < Compensating       , ev::UndoFailed        , CompensationFailed, ParkStep         , Not<RetryAllowed>        >,
+  Row < CompensationFailed , ev::OperatorUndone    , Compensated       , RecordUndone     , none                     >,
+  Row < CompensationFailed , ev::OperatorRetryUndo , Compensating      , CallCompensation , none                     >
   > {};
   // clang-format on
-
-  template <class Fsm, class Event>
-  void no_transition(const Event&, Fsm&, int) {
-    refused = true;
-  }
-  template <class Fsm, class Event>
-  void exception_caught(const Event&, Fsm&, std::exception&) {
-    refused = true;
-  }
 };
 
 using StepFsm = msm::back::state_machine<StepMachineDef>;
-
-template <class Event>
-Result<std::vector<StepCommand>> Process(StepFsm& fsm, const Event& event, StepEvent name) {
-  fsm.commands.clear();
-  fsm.refused = false;
-  StepState before = fsm.current;
-  fsm.process_event(event);
-  if (fsm.refused) {
-    return Status::IllegalTransition(std::string("step in state ") + StepStateName(before) +
-                                     " does not accept " + StepEventName(name));
-  }
-  return fsm.commands;
-}
 
 }  // namespace
 
@@ -191,7 +103,7 @@ struct StepMachine::Impl {
 
 StepMachine::StepMachine(StepState state) : impl_(std::make_unique<Impl>()) {
   impl_->fsm.start();
-  impl_->fsm.process_event(Restore{state});
+  impl_->fsm.process_event(ev::Restore{state});
 }
 StepMachine::~StepMachine() = default;
 StepMachine::StepMachine(StepMachine&&) noexcept = default;
@@ -199,144 +111,21 @@ StepMachine& StepMachine::operator=(StepMachine&&) noexcept = default;
 
 StepState StepMachine::state() const { return impl_->fsm.current; }
 
-Result<std::vector<StepCommand>> StepMachine::Fire(StepEvent event) {
-  StepFsm& f = impl_->fsm;
-  switch (event) {
-    case StepEvent::kSubmitted:
-      return Process(f, Submitted{}, event);
-    case StepEvent::kSucceeded:
-      return Process(f, Succeeded{}, event);
-    case StepEvent::kFailedRetryable:
-      return Process(f, FailedRetryable{}, event);
-    case StepEvent::kFailedFinal:
-      return Process(f, FailedFinal{}, event);
-    case StepEvent::kOutcomeUnknown:
-      return Process(f, OutcomeUnknown{}, event);
-    case StepEvent::kResolvedApplied:
-      return Process(f, ResolvedApplied{}, event);
-    case StepEvent::kResolvedRetry:
-      return Process(f, ResolvedRetry{}, event);
-    case StepEvent::kResolvedNotApplied:
-      return Process(f, ResolvedNotApplied{}, event);
-    case StepEvent::kUnresolvable:
-      return Process(f, Unresolvable{}, event);
-    case StepEvent::kRollbackStarted:
-      return Process(f, RollbackStarted{}, event);
-    case StepEvent::kUndone:
-      return Process(f, Undone{}, event);
-    case StepEvent::kUndoFailedRetryable:
-      return Process(f, UndoFailedRetryable{}, event);
-    case StepEvent::kUndoFailedFinal:
-      return Process(f, UndoFailedFinal{}, event);
-    case StepEvent::kOperatorApplied:
-      return Process(f, OperatorApplied{}, event);
-    case StepEvent::kOperatorNotApplied:
-      return Process(f, OperatorNotApplied{}, event);
-    case StepEvent::kOperatorRetry:
-      return Process(f, OperatorRetry{}, event);
-    case StepEvent::kOperatorUndone:
-      return Process(f, OperatorUndone{}, event);
-    case StepEvent::kOperatorRetryUndo:
-      return Process(f, OperatorRetryUndo{}, event);
-    case StepEvent::kPreviewRecorded:
-      return Process(f, PreviewRecorded{}, event);
-    case StepEvent::kApprovalRequested:
-      return Process(f, ApprovalRequested{}, event);
-    case StepEvent::kTokenConsumed:
-      return Process(f, TokenConsumed{}, event);
-    case StepEvent::kApproved:
-      return Process(f, Approved{}, event);
-    case StepEvent::kRejected:
-      return Process(f, Rejected{}, event);
-    case StepEvent::kExpiredRePreview:
-      return Process(f, ExpiredRePreview{}, event);
-    case StepEvent::kExpiredRollback:
-      return Process(f, ExpiredRollback{}, event);
-    case StepEvent::kStaleRePreview:
-      return Process(f, StaleRePreview{}, event);
-  }
+Result<std::vector<StepCommand>> StepMachine::Fire(StepEvent event, const StepFacts& facts) {
+  auto process = [&](const auto& e) {
+    return Process(impl_->fsm, e, "step", StepStateName, StepEventName(event));
+  };
+  IDEM_MSM_DISPATCH(StepEvent, IDEM_STEP_EVENTS, event, facts, process);
   return Status::IllegalTransition("unknown step event");
 }
 
 const char* StepEventName(StepEvent e) {
-  switch (e) {
-    case StepEvent::kSubmitted:
-      return "submitted";
-    case StepEvent::kSucceeded:
-      return "succeeded";
-    case StepEvent::kFailedRetryable:
-      return "failed_retryable";
-    case StepEvent::kFailedFinal:
-      return "failed_final";
-    case StepEvent::kOutcomeUnknown:
-      return "outcome_unknown";
-    case StepEvent::kResolvedApplied:
-      return "resolved_applied";
-    case StepEvent::kResolvedRetry:
-      return "resolved_retry";
-    case StepEvent::kResolvedNotApplied:
-      return "resolved_not_applied";
-    case StepEvent::kUnresolvable:
-      return "unresolvable";
-    case StepEvent::kRollbackStarted:
-      return "rollback_started";
-    case StepEvent::kUndone:
-      return "undone";
-    case StepEvent::kUndoFailedRetryable:
-      return "undo_failed_retryable";
-    case StepEvent::kUndoFailedFinal:
-      return "undo_failed_final";
-    case StepEvent::kOperatorApplied:
-      return "operator_applied";
-    case StepEvent::kOperatorNotApplied:
-      return "operator_not_applied";
-    case StepEvent::kOperatorRetry:
-      return "operator_retry";
-    case StepEvent::kOperatorUndone:
-      return "operator_undone";
-    case StepEvent::kOperatorRetryUndo:
-      return "operator_retry_undo";
-    case StepEvent::kPreviewRecorded:
-      return "preview_recorded";
-    case StepEvent::kApprovalRequested:
-      return "approval_requested";
-    case StepEvent::kTokenConsumed:
-      return "token_consumed";
-    case StepEvent::kApproved:
-      return "approved";
-    case StepEvent::kRejected:
-      return "rejected";
-    case StepEvent::kExpiredRePreview:
-      return "expired_re_preview";
-    case StepEvent::kExpiredRollback:
-      return "expired_rollback";
-    case StepEvent::kStaleRePreview:
-      return "stale_re_preview";
-  }
+  IDEM_ENUM_NAME(StepEvent, IDEM_STEP_EVENTS, e);
   return "?";
 }
 
 const char* StepCommandName(StepCommand c) {
-  switch (c) {
-    case StepCommand::kCallTool:
-      return "call_tool";
-    case StepCommand::kRecordSucceeded:
-      return "record_succeeded";
-    case StepCommand::kRecordFailed:
-      return "record_failed";
-    case StepCommand::kScheduleRetry:
-      return "schedule_retry";
-    case StepCommand::kResolveOutcome:
-      return "resolve_outcome";
-    case StepCommand::kParkStep:
-      return "park_step";
-    case StepCommand::kCallCompensation:
-      return "call_compensation";
-    case StepCommand::kScheduleUndoRetry:
-      return "schedule_undo_retry";
-    case StepCommand::kRecordUndone:
-      return "record_undone";
-  }
+  IDEM_ENUM_NAME(StepCommand, IDEM_STEP_COMMANDS, c);
   return "?";
 }
 

@@ -1,5 +1,6 @@
 // One test per row of the step transition table (saga/step_machine.cc), plus
 // refusals: an event with no row is refused and leaves the state unchanged.
+// A guarded row is tested with the facts that satisfy its guard.
 
 #include <gtest/gtest.h>
 
@@ -13,7 +14,16 @@ struct Row {
   StepEvent event;
   StepState to;
   std::vector<StepCommand> commands;
+  StepFacts facts = {};
 };
+
+// The facts a row's guard reads, for the test's name ("" when none hold).
+std::string FactsSuffix(const StepFacts& f) {
+  std::string s;
+  if (f.retry_allowed) s += "_if_retry_allowed";
+  if (f.re_preview) s += "_if_re_preview";
+  return s;
+}
 
 class StepRowTest : public ::testing::TestWithParam<Row> {};
 
@@ -21,7 +31,7 @@ TEST_P(StepRowTest, MovesAndEmits) {
   const Row& r = GetParam();
   StepMachine m(r.from);
   ASSERT_EQ(m.state(), r.from);
-  auto cmds = m.Fire(r.event);
+  auto cmds = m.Fire(r.event, r.facts);
   ASSERT_TRUE(cmds.ok()) << cmds.status().ToString();
   EXPECT_EQ(m.state(), r.to);
   EXPECT_EQ(*cmds, r.commands);
@@ -30,15 +40,17 @@ TEST_P(StepRowTest, MovesAndEmits) {
 using S = StepState;
 using E = StepEvent;
 using C = StepCommand;
+const StepFacts kRetryAllowed = StepFacts::WithRetryAllowed(true);
+const StepFacts kRePreview = StepFacts::WithRePreview(true);
 
 INSTANTIATE_TEST_SUITE_P(
     Table, StepRowTest,
     ::testing::Values(
         Row{S::kPlanned, E::kSubmitted, S::kSubmitted, {C::kCallTool}},
-        Row{S::kPlanned, E::kFailedFinal, S::kFailed, {C::kRecordFailed}},
+        Row{S::kPlanned, E::kFailed, S::kFailed, {C::kRecordFailed}},
         Row{S::kSubmitted, E::kSucceeded, S::kSucceeded, {C::kRecordSucceeded}},
-        Row{S::kSubmitted, E::kFailedRetryable, S::kSubmitted, {C::kScheduleRetry}},
-        Row{S::kSubmitted, E::kFailedFinal, S::kFailed, {C::kRecordFailed}},
+        Row{S::kSubmitted, E::kFailed, S::kSubmitted, {C::kScheduleRetry}, kRetryAllowed},
+        Row{S::kSubmitted, E::kFailed, S::kFailed, {C::kRecordFailed}},
         Row{S::kSubmitted, E::kOutcomeUnknown, S::kUnknown, {C::kResolveOutcome}},
         Row{S::kUnknown, E::kResolvedApplied, S::kSucceeded, {C::kRecordSucceeded}},
         Row{S::kUnknown, E::kResolvedRetry, S::kSubmitted, {C::kScheduleRetry}},
@@ -46,8 +58,12 @@ INSTANTIATE_TEST_SUITE_P(
         Row{S::kUnknown, E::kUnresolvable, S::kNeedsAttention, {C::kParkStep}},
         Row{S::kSucceeded, E::kRollbackStarted, S::kCompensating, {C::kCallCompensation}},
         Row{S::kCompensating, E::kUndone, S::kCompensated, {C::kRecordUndone}},
-        Row{S::kCompensating, E::kUndoFailedRetryable, S::kCompensating, {C::kScheduleUndoRetry}},
-        Row{S::kCompensating, E::kUndoFailedFinal, S::kCompensationFailed, {C::kParkStep}},
+        Row{S::kCompensating,
+            E::kUndoFailed,
+            S::kCompensating,
+            {C::kScheduleUndoRetry},
+            kRetryAllowed},
+        Row{S::kCompensating, E::kUndoFailed, S::kCompensationFailed, {C::kParkStep}},
         Row{S::kNeedsAttention, E::kOperatorApplied, S::kSucceeded, {C::kRecordSucceeded}},
         Row{S::kNeedsAttention, E::kOperatorNotApplied, S::kFailed, {C::kRecordFailed}},
         Row{S::kNeedsAttention, E::kOperatorRetry, S::kPlanned, {}},
@@ -59,15 +75,16 @@ INSTANTIATE_TEST_SUITE_P(
         Row{S::kPlanned, E::kPreviewRecorded, S::kPreviewed, {}},
         Row{S::kPreviewed, E::kApprovalRequested, S::kAwaitingApproval, {}},
         Row{S::kPreviewed, E::kTokenConsumed, S::kSubmitted, {C::kCallTool}},
-        Row{S::kPreviewed, E::kExpiredRePreview, S::kPlanned, {}},
-        Row{S::kPreviewed, E::kFailedFinal, S::kFailed, {C::kRecordFailed}},
+        Row{S::kPreviewed, E::kExpired, S::kPlanned, {}},
+        Row{S::kPreviewed, E::kFailed, S::kFailed, {C::kRecordFailed}},
         Row{S::kAwaitingApproval, E::kApproved, S::kSubmitted, {C::kCallTool}},
         Row{S::kAwaitingApproval, E::kRejected, S::kFailed, {C::kRecordFailed}},
-        Row{S::kAwaitingApproval, E::kExpiredRePreview, S::kPlanned, {}},
-        Row{S::kAwaitingApproval, E::kExpiredRollback, S::kFailed, {C::kRecordFailed}},
+        Row{S::kAwaitingApproval, E::kExpired, S::kPlanned, {}, kRePreview},
+        Row{S::kAwaitingApproval, E::kExpired, S::kFailed, {C::kRecordFailed}},
         Row{S::kSubmitted, E::kStaleRePreview, S::kPlanned, {}}),
     [](const auto& info) {
-      return std::string(StepStateName(info.param.from)) + "_" + StepEventName(info.param.event);
+      return std::string(StepStateName(info.param.from)) + "_" + StepEventName(info.param.event) +
+             FactsSuffix(info.param.facts);
     });
 
 TEST(StepMachineTest, RestoresEveryState) {
@@ -80,6 +97,7 @@ TEST(StepMachineTest, RestoresEveryState) {
 struct Refusal {
   StepState from;
   StepEvent event;
+  StepFacts facts = {};
 };
 
 class StepRefusalTest : public ::testing::TestWithParam<Refusal> {};
@@ -87,7 +105,7 @@ class StepRefusalTest : public ::testing::TestWithParam<Refusal> {};
 TEST_P(StepRefusalTest, IllegalTransitionIsRefusedAndStateKept) {
   const Refusal& r = GetParam();
   StepMachine m(r.from);
-  auto cmds = m.Fire(r.event);
+  auto cmds = m.Fire(r.event, r.facts);
   ASSERT_FALSE(cmds.ok());
   EXPECT_EQ(cmds.status().code(), Code::kIllegalTransition);
   EXPECT_NE(cmds.status().message().find(StepEventName(r.event)), std::string::npos);
@@ -118,9 +136,14 @@ INSTANTIATE_TEST_SUITE_P(
         Refusal{S::kAwaitingApproval, E::kTokenConsumed},
         Refusal{S::kAwaitingApproval, E::kSubmitted}, Refusal{S::kPlanned, E::kApproved},
         Refusal{S::kSucceeded, E::kApproved}, Refusal{S::kSubmitted, E::kRejected},
-        Refusal{S::kPlanned, E::kTokenConsumed}),
+        Refusal{S::kPlanned, E::kTokenConsumed},
+        // Facts choose among a state's rows; they never open a row elsewhere.
+        Refusal{S::kCompensated, E::kUndoFailed, kRetryAllowed},
+        Refusal{S::kFailed, E::kFailed, kRetryAllowed},
+        Refusal{S::kPlanned, E::kExpired, kRePreview}),
     [](const auto& info) {
-      return std::string(StepStateName(info.param.from)) + "_" + StepEventName(info.param.event);
+      return std::string(StepStateName(info.param.from)) + "_" + StepEventName(info.param.event) +
+             FactsSuffix(info.param.facts);
     });
 
 }  // namespace
