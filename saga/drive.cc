@@ -185,15 +185,13 @@ Status DriveStates(SagaRun* run) {
       return Status::Ok();  // terminal, parked or waiting: nothing to drive
   }
 
-  const EngineOptions& options = run->options();
   while (!queue.empty()) {
     if (run->Stopping()) return Status::Aborted("stopping: saga left between steps");
     SagaCommand cmd = queue.front();
     queue.pop_front();
     switch (cmd) {
       case SagaCommand::kRunNextStep: {
-        std::optional<std::string> cancel;
-        if (options.cancel_requested) cancel = options.cancel_requested(run->saga_id());
+        std::optional<std::string> cancel = run->TakeCancelRequest();
         if (cancel) {
           run->set_park_reason(*cancel);
           IDEM_RETURN_IF_ERROR(FireSaga(run, SagaEvent::kCancelRequested, &queue));

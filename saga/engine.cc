@@ -30,7 +30,8 @@ Engine::Engine(storage::Store* store, const ToolRegistry* tools, EngineOptions o
     : store_(store),
       tools_(tools),
       options_(std::move(options)),
-      spec_cache_(std::make_unique<SpecCache>()) {
+      spec_cache_(std::make_unique<SpecCache>()),
+      cancels_(NewCancelBook()) {
   if (options_.owner.empty()) options_.owner = NewId("drv_");
   renewer_ = std::make_unique<LeaseRenewer>(store_, options_.lease_ms);
 }
@@ -163,6 +164,9 @@ Result<SagaRecord> Engine::RunLeased(const storage::Lease& lease) {
   // last write, else by the hold).
   std::optional<LeaseRenewer::Hold> hold;
   if (lease.epoch != 0) hold.emplace(renewer_->Keep(lease));
+  // For Cancel: a cancel of this saga while it is driven here is a request
+  // the drive takes between steps.
+  DriveMark driving(this, saga_id);
   std::optional<SagaRun> run;
   Result<SagaRecord> out = Status::Internal("unset");
   try {
@@ -185,6 +189,7 @@ Result<SagaRecord> Engine::RunLeased(const storage::Lease& lease) {
       // without, the file lock proves the previous driver is gone.
       run->MarkTakenOver();
     }
+    run->CancelWhen([this, &saga_id] { return TakeCancelRequest(saga_id); });
     Status s = DriveSaga(&*run);
     if (s.ok()) {
       out = run->record();

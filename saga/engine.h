@@ -19,8 +19,8 @@
 // of one saga and the step core are saga/run.h; the saga and forward-step
 // driver saga/drive.h; two-phase steps preview_commit/two_phase.h; rollback
 // compensation/undo.h; lease keeping saga/lease_renewer.h; the worker pool
-// (Work) saga/worker.cc, recovery (Recover) saga/recovery.cc, and a person's
-// decisions (Resolve, Decide) saga/operator.cc.
+// (Work) saga/worker.cc, recovery (Recover, NeedsDrive) saga/recovery.cc, and
+// a person's decisions and requests (Resolve, Decide, Cancel) saga/operator.cc.
 //
 // Thread safety: every method may be called from several threads at once.
 // With leases (EngineOptions::use_leases, the default), every drive holds
@@ -75,6 +75,22 @@ struct RecoveryReport {
   std::vector<std::string> errors;  ///< sagas that could not be driven, with why
 };
 
+/// A caller's request to stop a saga and undo what it did.
+struct CancelRequest {
+  std::string who;     ///< required: who cancels
+  std::string reason;  ///< why; "" means "cancelled by <who>"
+};
+
+/// What Engine::Cancel did.
+struct CancelResult {
+  storage::SagaRecord saga;  ///< as it stands after the request
+  /// True: the request is recorded and the saga's driver rolls it back after the
+  /// step in progress (an API answers 202); false: the saga is already settled
+  /// by this call (cancelled, or rejected for a saga awaiting approval) or was
+  /// already rolling back / cancelled.
+  bool rollback_pending = false;
+};
+
 class Engine {
  public:
   /// Neither pointer is owned; both must outlive the engine.
@@ -124,6 +140,21 @@ class Engine {
   /// at a time.
   Result<RecoveryReport> Recover(int concurrency = 4);
 
+  /// Stops a saga and undoes what it did, by its state:
+  ///   pending            cancelled at once (journal `saga_cancelled` {reason, by});
+  ///   awaiting approval  its commit is rejected (Decide), which rolls it back;
+  ///   running            the request is recorded: the drive of this engine
+  ///                      rolls it back after the step in progress (the next
+  ///                      drive, when none is under way: the caller drives it);
+  ///   compensating, cancelled   answered as it stands.
+  /// A saga this engine is driving right now gets the request recorded
+  /// (rollback_pending), whatever the state its record shows. Requests live in
+  /// this engine's memory: another process's drive does not see them.
+  /// kFailedPrecondition if the saga's state cannot be cancelled (finished,
+  /// failed, parked); kUnavailable "busy" if another worker holds its lease;
+  /// kInvalidArgument without `who`; kNotFound for no such saga.
+  Result<CancelResult> Cancel(const std::string& saga_id, const CancelRequest& request);
+
  private:
   /// Run without the read that answers a finished saga without a lease.
   Result<storage::SagaRecord> Drive(const std::string& saga_id);
@@ -141,16 +172,45 @@ class Engine {
   /// schema validation is the largest CPU cost of a drive.
   Result<SagaSpec> CachedSpec(const Json& spec);
   struct SpecCache;
+  /// Cancel requests, and the sagas this engine drives right now
+  /// (saga/operator.cc).
+  struct CancelBook;
+  static std::shared_ptr<CancelBook> NewCancelBook();
+  /// Registers a drive of `saga_id` for Cancel (waits while a Cancel of it
+  /// writes); every BeginDrive is followed by one EndDrive.
+  void BeginDrive(const std::string& saga_id);
+  void EndDrive(const std::string& saga_id);
+  /// The reason of a cancel request for `saga_id`, taken (or nullopt).
+  std::optional<std::string> TakeCancelRequest(const std::string& saga_id);
+  /// BeginDrive ... EndDrive for a scope.
+  class DriveMark {
+   public:
+    DriveMark(Engine* engine, std::string saga_id) : engine_(engine), saga_id_(std::move(saga_id)) {
+      engine_->BeginDrive(saga_id_);
+    }
+    ~DriveMark() { engine_->EndDrive(saga_id_); }
+    DriveMark(const DriveMark&) = delete;
+    DriveMark& operator=(const DriveMark&) = delete;
+
+   private:
+    Engine* engine_;
+    std::string saga_id_;
+  };
 
   storage::Store* store_;
   const ToolRegistry* tools_;
   EngineOptions options_;
   std::unique_ptr<SpecCache> spec_cache_;
   std::unique_ptr<LeaseRenewer> renewer_;
+  std::shared_ptr<CancelBook> cancels_;
 };
 
 /// The idempotency key of a step: stable across attempts, processes and
 /// restarts, unique per (saga, step).
 std::string StepKey(const std::string& saga_id, const std::string& step_id);
+
+/// True if a drive now would move the saga: pending, running, compensating, or
+/// awaiting an approval that was decided or has expired (the sweeper and Recover).
+bool NeedsDrive(const storage::SagaRecord& saga, int64_t now_ms);
 
 }  // namespace idem

@@ -48,9 +48,6 @@ struct EngineOptions {
   /// When set and true, drives stop between steps (the current step
   /// finishes) and give their leases back: a worker's graceful shutdown.
   const std::atomic<bool>* stop = nullptr;
-  /// Asked between steps of a running saga: true turns it into a rollback
-  /// (the step in progress finishes first). Returns the reason, or nullopt.
-  std::function<std::optional<std::string>(const std::string& saga_id)> cancel_requested;
 };
 
 }  // namespace idem

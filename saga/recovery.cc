@@ -1,4 +1,5 @@
-// Engine::Recover: the recovery pool. Every saga that had not finished
+// Engine::Recover: the recovery pool, and NeedsDrive, its predicate for one
+// saga (the server's sweeper asks it). Every saga that had not finished
 // (pending, running, compensating, or waiting for an approval that may have
 // been decided or expired) is claimed and driven, `concurrency` at a time.
 // A drive that throws parks its saga (Engine::RunLeased); anything else a
@@ -12,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "preview_commit/phase.h"
 #include "saga/engine.h"
 #include "saga/states.h"
 
@@ -63,6 +65,28 @@ Result<RecoveryReport> Engine::Recover(int concurrency) {
   worker();
   for (auto& t : threads) t.join();
   return report;
+}
+
+bool NeedsDrive(const storage::SagaRecord& saga, int64_t now_ms) {
+  auto state = ParseSagaState(saga.summary.state);
+  if (!state) return false;
+  switch (*state) {
+    case SagaState::kPending:
+    case SagaState::kRunning:
+    case SagaState::kCompensating:
+      return true;
+    case SagaState::kAwaitingApproval:
+      for (const storage::StepRecord& st : saga.steps) {
+        auto phase = preview_commit::PhaseRecord::FromJson(st.phase);
+        if (st.state == StepStateName(StepState::kAwaitingApproval) && phase &&
+            phase->Settled(now_ms)) {
+          return true;
+        }
+      }
+      return false;
+    default:
+      return false;
+  }
 }
 
 }  // namespace idem

@@ -23,6 +23,8 @@
 #include <atomic>
 #include <cstdint>
 #include <deque>
+#include <functional>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -107,6 +109,15 @@ class SagaRun {
   /// The saga's previous driver may still be alive (a shared store with
   /// leases): a step it left `submitted` may have a call still in flight.
   void MarkTakenOver() { taken_over_ = true; }
+  /// Asked between steps of a running saga: a reason turns it into a
+  /// rollback (the step in progress has finished).
+  void CancelWhen(std::function<std::optional<std::string>()> requested) {
+    cancel_requested_ = std::move(requested);
+  }
+  /// The reason of a cancel request for this saga, taken (or nullopt).
+  std::optional<std::string> TakeCancelRequest() const {
+    return cancel_requested_ ? cancel_requested_() : std::nullopt;
+  }
   /// Before any call to the outside world: kAborted once the lease is lost.
   Status CheckLease() const;
   /// True when the engine is asked to stop between steps.
@@ -212,6 +223,7 @@ class SagaRun {
   storage::WriteBatch staged_;  // written to rec_ already, not yet to the store
   bool has_staged_ = false;
   bool released_ = false;
+  std::function<std::optional<std::string>()> cancel_requested_;
 };
 
 }  // namespace idem

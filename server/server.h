@@ -39,11 +39,16 @@
 // (use_leases = true) Engine::Work claims sagas with leases, beside other
 // workers; the sweeper only drives sagas waiting on an approval.
 //
-// Cancel: a pending saga is cancelled (the saga machine's CancelRequested);
-// a saga awaiting approval is rolled back by rejecting its commit; a saga
-// already compensating or cancelled answers 200 as it stands; a running
-// saga answers 409 (the engine cannot stop a drive between steps for one
-// saga), as do finished and parked ones.
+// Cancel is Engine::Cancel: a pending saga is cancelled, a saga awaiting
+// approval is rolled back by rejecting its commit, a saga already
+// compensating or cancelled answers as it stands (all 200); a running saga
+// (or one this server drives now) answers 202 and its driver rolls it back
+// after the step in progress; finished and parked sagas answer 409
+// cancel-not-possible, a saga whose lease another worker holds 409 saga-busy.
+//
+// Layout: handlers by resource (server/handlers.h) over the server's own
+// request and response (server/http.h), routes in server/routes.cc, and
+// cpp-httplib in server/httplib_adapter.cc only.
 //
 // Thread safety: Start and Stop from one thread; the server serves requests
 // from its own threads. Not copyable.

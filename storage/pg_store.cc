@@ -12,7 +12,6 @@
 #include <mutex>
 #include <optional>
 #include <random>
-#include <set>
 #include <stdexcept>
 #include <thread>
 #include <type_traits>
@@ -20,6 +19,9 @@
 #include <vector>
 
 #include <pqxx/pqxx>
+
+#include "storage/pg_migrations.h"  // generated
+#include "storage/validate.h"
 
 #include "common/clock.h"
 #include <libpq-fe.h>
@@ -29,113 +31,16 @@ namespace {
 
 // ---- Schema -----------------------------------------------------------------
 //
-// kMigrations[i] takes the database from version i to version i + 1. Append
-// new scripts at the end; never edit one that has shipped. Version numbers are
-// those of SqliteStore: version N has the same tables and meaning on both.
+// kPgMigrations[i] takes the database from version i to version i + 1: the
+// scripts of storage/migrations/postgresql/, embedded by the build (a
+// generated header). Add a new file at the end; never edit one that has
+// shipped. Version numbers are those of SqliteStore: version N has the same
+// tables and meaning on both.
 //
 // String columns are NOT NULL ('' for "none"); JSON columns hold canonical
 // text (CanonicalJson) or SQL NULL for a JSON null. effects.seq has no SQLite
 // counterpart: it stands in for SQLite's rowid (the commit order).
-constexpr std::array kMigrations = {
-    // 1: the initial schema.
-    R"sql(
-CREATE TABLE intents (
-  intent_key  TEXT   NOT NULL PRIMARY KEY,
-  fingerprint TEXT   NOT NULL,
-  saga_id     TEXT   NOT NULL UNIQUE,
-  created_ms  BIGINT NOT NULL
-);
-
-CREATE TABLE sagas (
-  saga_id     TEXT   NOT NULL PRIMARY KEY,
-  intent_key  TEXT   NOT NULL UNIQUE REFERENCES intents (intent_key),
-  fingerprint TEXT   NOT NULL,
-  spec_name   TEXT   NOT NULL,
-  spec        TEXT,
-  input       TEXT,
-  state       TEXT   NOT NULL,
-  reason      TEXT   NOT NULL DEFAULT '',
-  created_ms  BIGINT NOT NULL,
-  updated_ms  BIGINT NOT NULL
-);
-CREATE INDEX sagas_by_state ON sagas (state);
-
-CREATE TABLE steps (
-  saga_id          TEXT    NOT NULL REFERENCES sagas (saga_id),
-  idx              INTEGER NOT NULL,
-  step_id          TEXT    NOT NULL,
-  tool             TEXT    NOT NULL,
-  state            TEXT    NOT NULL,
-  attempt          INTEGER NOT NULL DEFAULT 0,
-  step_key         TEXT    NOT NULL UNIQUE,
-  args             TEXT,
-  args_fingerprint TEXT    NOT NULL DEFAULT '',
-  result           TEXT,
-  external_ref     TEXT    NOT NULL DEFAULT '',
-  error            TEXT    NOT NULL DEFAULT '',
-  comp_attempt     INTEGER NOT NULL DEFAULT 0,
-  comp_result      TEXT,
-  updated_ms       BIGINT  NOT NULL,
-  PRIMARY KEY (saga_id, idx)
-);
-
-CREATE FUNCTION idem_append_only() RETURNS trigger LANGUAGE plpgsql AS $fn$
-BEGIN
-  RAISE EXCEPTION '%', TG_ARGV[0] USING ERRCODE = 'restrict_violation';
-END
-$fn$;
-
-CREATE TABLE journal (
-  seq     BIGSERIAL PRIMARY KEY,
-  saga_id TEXT   NOT NULL REFERENCES sagas (saga_id),
-  step_id TEXT   NOT NULL DEFAULT '',
-  event   TEXT   NOT NULL,
-  data    TEXT,
-  at_ms   BIGINT NOT NULL
-);
-CREATE INDEX journal_by_saga ON journal (saga_id, seq);
-CREATE TRIGGER journal_no_update_or_delete BEFORE UPDATE OR DELETE ON journal
-  FOR EACH ROW EXECUTE FUNCTION idem_append_only('journal is append-only');
-CREATE TRIGGER journal_no_truncate BEFORE TRUNCATE ON journal
-  FOR EACH STATEMENT EXECUTE FUNCTION idem_append_only('journal is append-only');
-
-CREATE TABLE effects (
-  idempotency_key TEXT      NOT NULL PRIMARY KEY,
-  seq             BIGSERIAL NOT NULL UNIQUE,
-  saga_id         TEXT      NOT NULL REFERENCES sagas (saga_id),
-  step_id         TEXT      NOT NULL,
-  kind            TEXT      NOT NULL,
-  tool            TEXT      NOT NULL,
-  result          TEXT,
-  external_ref    TEXT      NOT NULL DEFAULT '',
-  at_ms           BIGINT    NOT NULL
-);
-CREATE INDEX effects_by_saga ON effects (saga_id, seq);
-CREATE TRIGGER effects_no_update_or_delete BEFORE UPDATE OR DELETE ON effects
-  FOR EACH ROW EXECUTE FUNCTION idem_append_only('effects are append-only');
-CREATE TRIGGER effects_no_truncate BEFORE TRUNCATE ON effects
-  FOR EACH STATEMENT EXECUTE FUNCTION idem_append_only('effects are append-only');
-)sql",
-    // 2: two-phase steps (preview, token, approval) and single-use tokens.
-    R"sql(
-ALTER TABLE steps ADD COLUMN phase TEXT;
-CREATE TABLE consumed_tokens (
-  nonce   TEXT   NOT NULL PRIMARY KEY,
-  saga_id TEXT   NOT NULL REFERENCES sagas (saga_id),
-  step_id TEXT   NOT NULL,
-  at_ms   BIGINT NOT NULL
-);
-)sql",
-    // 3: leases (several workers on one store) and fencing. A free lease has
-    // lease_expires_ms 0; lease_epoch counts the claims.
-    R"sql(
-ALTER TABLE sagas
-  ADD COLUMN lease_owner      TEXT   NOT NULL DEFAULT '',
-  ADD COLUMN lease_expires_ms BIGINT NOT NULL DEFAULT 0,
-  ADD COLUMN lease_epoch      BIGINT NOT NULL DEFAULT 0;
-CREATE INDEX sagas_by_state_lease ON sagas (state, lease_expires_ms);
-)sql",
-};
+constexpr auto& kMigrations = kPgMigrations;
 
 constexpr int kLatestVersion = static_cast<int>(kMigrations.size());
 
@@ -304,8 +209,6 @@ class DataError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
 };
-
-std::string Quote(const std::string& s) { return "\"" + s + "\""; }
 
 bool StartsWith(const std::string& s, const char* prefix) { return s.rfind(prefix, 0) == 0; }
 
@@ -684,7 +587,6 @@ class PgStore::Pool {
     std::atomic<int64_t> commit_batches{0};
     std::atomic<int64_t> commit_transactions{0};
     std::atomic<int64_t> largest_group{0};
-    std::atomic<int64_t> commits_queued{0};
   };
   Counters counters;
 
@@ -1112,7 +1014,12 @@ Result<T> PgStore::Run(const std::string& op, Access access, Body&& body) {
 int PgStore::LatestSchemaVersion() { return kLatestVersion; }
 
 PgStore::PgStore(PgOptions options, std::unique_ptr<Pool> pool, int schema_version)
-    : options_(std::move(options)), pool_(std::move(pool)), schema_version_(schema_version) {}
+    : options_(std::move(options)),
+      pool_(std::move(pool)),
+      schema_version_(schema_version),
+      clock_(options_.clock),
+      group_commit_(options_.group_commit, options_.max_group_batches,
+                    [this](const std::vector<PendingCommit*>& group) { CommitGroup(group); }) {}
 
 PgStore::~PgStore() = default;
 
@@ -1121,7 +1028,7 @@ namespace {
 // Applies pending migrations, each in its own transaction holding the
 // migration lock and re-reading the version, so that concurrent openers apply
 // each script exactly once. Returns the resulting version.
-Result<int> Migrate(pqxx::connection_base& conn) {
+Result<int> Migrate(pqxx::connection_base& conn, Clock* clock) {
   for (;;) {
     pqxx::work tx(conn);
     tx.exec_params("SELECT pg_advisory_xact_lock($1)", kMigrationLockKey);
@@ -1140,7 +1047,7 @@ Result<int> Migrate(pqxx::connection_base& conn) {
     }
     tx.exec(kMigrations[version]);
     tx.exec_params("INSERT INTO schema_migrations (version, applied_at) VALUES ($1, $2)",
-                   version + 1, static_cast<int64_t>(SystemClock::Get()->NowMs()));
+                   version + 1, static_cast<int64_t>(clock->NowMs()));
     tx.commit();
   }
 }
@@ -1169,6 +1076,8 @@ Result<std::unique_ptr<PgStore>> PgStore::Open(const PgOptions& options) {
     return Status::InvalidArgument("PostgreSQL store: max_group_batches must be >= 1, got " +
                                    std::to_string(options.max_group_batches));
   }
+  PgOptions resolved = options;
+  if (resolved.clock == nullptr) resolved.clock = SystemClock::Get();
   std::string conninfo = options.url;
   AddParam(conninfo, "connect_timeout", std::to_string(options.connect_timeout_s));
   AddParam(conninfo, "fallback_application_name", "idem");
@@ -1185,7 +1094,7 @@ Result<std::unique_ptr<PgStore>> PgStore::Open(const PgOptions& options) {
     }
     Borrowed c(pool.get(), std::move(acquired).value());
     try {
-      version = Migrate(c->conn);
+      version = Migrate(c->conn, resolved.clock);
     } catch (const std::exception& e) {
       c.MarkBroken();
       if (!c->conn.is_open() || IsConnectionError(e)) {
@@ -1195,7 +1104,7 @@ Result<std::unique_ptr<PgStore>> PgStore::Open(const PgOptions& options) {
     }
   }
   if (!version.ok()) return Status(version.status().code(), op + ": " + version.status().message());
-  return std::unique_ptr<PgStore>(new PgStore(options, std::move(pool), *version));
+  return std::unique_ptr<PgStore>(new PgStore(std::move(resolved), std::move(pool), *version));
 }
 
 int PgStore::SchemaVersion() { return schema_version_; }
@@ -1212,29 +1121,14 @@ PgStats PgStore::Stats() const {
   s.commit_batches = pool_->counters.commit_batches.load();
   s.commit_transactions = pool_->counters.commit_transactions.load();
   s.largest_group = pool_->counters.largest_group.load();
-  s.commits_queued = pool_->counters.commits_queued.load();
+  s.commits_queued = group_commit_.Queued();
   return s;
 }
 
 // ---- Writes -----------------------------------------------------------------
 
 Result<CreateOutcome> PgStore::CreateIntent(const NewSaga& saga) {
-  if (saga.saga_id.empty()) return Status::InvalidArgument("CreateIntent: saga_id is empty");
-  if (saga.intent_key.empty()) return Status::InvalidArgument("CreateIntent: intent_key is empty");
-  std::set<int> indexes;
-  for (size_t i = 0; i < saga.steps.size(); ++i) {
-    if (!indexes.insert(saga.steps[i].index).second) {
-      return Status::InvalidArgument("CreateIntent: steps[" + std::to_string(i) + "]: index " +
-                                     std::to_string(saga.steps[i].index) + " is used twice");
-    }
-  }
-  for (size_t i = 0; i < saga.journal.size(); ++i) {
-    const std::string& id = saga.journal[i].saga_id;
-    if (!id.empty() && id != saga.saga_id) {
-      return Status::InvalidArgument("CreateIntent: journal[" + std::to_string(i) + "]: saga_id " +
-                                     Quote(id) + " is not " + Quote(saga.saga_id));
-    }
-  }
+  IDEM_RETURN_IF_ERROR(ValidateNewSaga(saga));
   IDEM_RETURN_IF_ERROR(CheckText(saga.saga_id, "CreateIntent: saga_id"));
   IDEM_RETURN_IF_ERROR(CheckText(saga.intent_key, "CreateIntent: intent_key"));
   IDEM_RETURN_IF_ERROR(CheckText(saga.fingerprint, "CreateIntent: fingerprint"));
@@ -1471,43 +1365,18 @@ Result<bool> ApplyBatch(WriteTx& tx, const WriteBatch& batch, int64_t updated_ms
   return true;
 }
 
-void NoteGroupSize(std::atomic<int64_t>& largest, int64_t size) {
-  int64_t seen = largest.load();
-  while (size > seen && !largest.compare_exchange_weak(seen, size)) {
-  }
-}
-
 }  // namespace
 
-/// One Commit call waiting in (or led through) the group commit queue.
+/// One Commit call waiting in (or led through) group_commit_.
 struct PgStore::PendingCommit {
   const WriteBatch* batch = nullptr;
   int64_t updated_ms = 0;
   int64_t consumed_ms = 0;
   Status status;
-  bool done = false;  // GUARDED_BY(queue_mu_)
 };
 
 Status PgStore::Commit(const WriteBatch& batch) {
-  if (batch.saga_id.empty()) return Status::InvalidArgument("Commit: saga_id is empty");
-  if (batch.release_lease && batch.fence_epoch == 0) {
-    return Status::InvalidArgument("Commit: release_lease needs the lease's fence_epoch");
-  }
-  auto check_owner = [&](const std::string& id, const char* what, size_t i) -> Status {
-    if (id.empty() || id == batch.saga_id) return Status::Ok();
-    return Status::InvalidArgument("Commit: " + std::string(what) + "[" + std::to_string(i) +
-                                   "]: saga_id " + Quote(id) + " is not the batch's " +
-                                   Quote(batch.saga_id));
-  };
-  for (size_t i = 0; i < batch.steps.size(); ++i) {
-    IDEM_RETURN_IF_ERROR(check_owner(batch.steps[i].saga_id, "steps", i));
-  }
-  for (size_t i = 0; i < batch.journal.size(); ++i) {
-    IDEM_RETURN_IF_ERROR(check_owner(batch.journal[i].saga_id, "journal", i));
-  }
-  for (size_t i = 0; i < batch.effects.size(); ++i) {
-    IDEM_RETURN_IF_ERROR(check_owner(batch.effects[i].saga_id, "effects", i));
-  }
+  IDEM_RETURN_IF_ERROR(ValidateWriteBatch(batch));
   IDEM_RETURN_IF_ERROR(CheckText(batch.saga_id, "Commit: saga_id"));
   if (batch.saga_state) IDEM_RETURN_IF_ERROR(CheckText(*batch.saga_state, "Commit: saga_state"));
   IDEM_RETURN_IF_ERROR(CheckText(batch.saga_reason, "Commit: saga_reason"));
@@ -1542,52 +1411,16 @@ Status PgStore::Commit(const WriteBatch& batch) {
   PendingCommit me;
   me.batch = &batch;
   for (const JournalEntry& e : batch.journal) me.updated_ms = std::max(me.updated_ms, e.at_ms);
-  if (batch.saga_state.has_value() && me.updated_ms <= 0) {
-    me.updated_ms = SystemClock::Get()->NowMs();
-  }
-  me.consumed_ms = batch.consume_token.empty() ? 0 : SystemClock::Get()->NowMs();
-
-  if (!options_.group_commit) {
-    CommitGroup({&me});
-    return me.status;
-  }
-  // Leader/follower: whoever finds no writer at work becomes the leader and
-  // writes what is queued (its own batch among it, unless the queue is longer
-  // than a group); the others wait for their `done`.
-  std::unique_lock<std::mutex> lock(queue_mu_);
-  queue_.push_back(&me);
-  pool_->counters.commits_queued.fetch_add(1);
-  for (;;) {
-    if (me.done) return me.status;
-    if (leader_active_) {
-      queue_cv_.wait(lock);
-      continue;
-    }
-    leader_active_ = true;
-    std::vector<PendingCommit*> group;
-    while (!queue_.empty() && static_cast<int>(group.size()) < options_.max_group_batches) {
-      group.push_back(queue_.front());
-      queue_.pop_front();
-    }
-    pool_->counters.commits_queued.fetch_sub(static_cast<int64_t>(group.size()));
-    lock.unlock();
-    try {
-      CommitGroup(group);
-    } catch (const std::exception& e) {  // bad_alloc: never leave the queue leaderless
-      for (PendingCommit* p : group)
-        p->status = Status::Internal("Commit: " + std::string(e.what()));
-    }
-    lock.lock();
-    for (PendingCommit* p : group) p->done = true;
-    leader_active_ = false;
-    queue_cv_.notify_all();
-  }
+  if (batch.saga_state.has_value() && me.updated_ms <= 0) me.updated_ms = clock_->NowMs();
+  me.consumed_ms = batch.consume_token.empty() ? 0 : clock_->NowMs();
+  group_commit_.Submit(&me);
+  return me.status;
 }
 
 void PgStore::CommitGroup(std::vector<PendingCommit*> group) {
   Pool::Counters& counters = pool_->counters;
   counters.commit_batches.fetch_add(static_cast<int64_t>(group.size()));
-  NoteGroupSize(counters.largest_group, static_cast<int64_t>(group.size()));
+  RaiseToAtLeast(counters.largest_group, static_cast<int64_t>(group.size()));
 
   if (group.size() == 1) {
     // The plain transaction: no savepoint needed.

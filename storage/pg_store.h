@@ -10,10 +10,11 @@
 // Durability: a Commit that returned OK was committed by the server, which the
 // deployment runs with synchronous_commit = on.
 //
-// Schema: versioned migrations recorded in `schema_migrations`, each applied in
-// its own transaction under pg_advisory_xact_lock, so that processes opening a
-// fresh database at once apply each script exactly once. A database whose
-// version is newer than this build knows is refused (kFailedPrecondition).
+// Schema: versioned migrations (storage/migrations/postgresql/, embedded in the
+// build) recorded in `schema_migrations`, each applied in its own transaction
+// under pg_advisory_xact_lock, so that processes opening a fresh database at
+// once apply each script exactly once. A database whose version is newer than
+// this build knows is refused (kFailedPrecondition).
 //
 // Transactions: every Store method is one transaction on one pooled connection,
 // with bound parameters only. Writes run at READ COMMITTED and lock the saga's
@@ -58,12 +59,13 @@
 // expired but was not claimed again still lets its holder write (and renew),
 // since nobody else can have written in between.
 //
-// Group commit (`group_commit`, on by default): Commit calls that arrive while
-// another is writing queue up, and the next writer (the leader) runs up to
-// `max_group_batches` of them in one transaction, ordered by saga id (a lock
-// order, so that groups of several stores cannot deadlock), each inside its
-// own SAVEPOINT: one batch's failure (kConflict, fence kAborted, kNotFound,
-// kInvalidArgument) rolls back that batch alone and the others still commit.
+// Group commit (`group_commit`, on by default; storage/group_commit.h): Commit
+// calls that arrive while another is writing queue up, and the next writer
+// (the leader) runs up to `max_group_batches` of them in one transaction,
+// ordered by saga id (a lock order, so that groups of several stores cannot
+// deadlock), each inside its own SAVEPOINT: one batch's failure (kConflict,
+// fence kAborted, kNotFound, kInvalidArgument) rolls back that batch alone and
+// the others still commit.
 // Every caller gets its own status only after the shared COMMIT returned, or
 // after an unknown outcome was resolved (as above) for the whole group.
 // Contention or a lost connection runs the whole group again. With one caller
@@ -81,16 +83,16 @@
 //
 // @warning Never build SQL text from values: every value is a bound parameter.
 
-#include <condition_variable>
 #include <cstdint>
-#include <deque>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
+#include "storage/group_commit.h"
 #include "storage/store.h"
+
+#include "common/clock.h"
 
 namespace idem::storage {
 
@@ -105,6 +107,12 @@ struct PgOptions {
   int acquire_timeout_ms = 30000;
   /// How long an unknown COMMIT outcome is looked up before kUnavailable.
   int resolve_timeout_ms = 10000;
+  /// The clock that stamps times the caller did not give (a batch's
+  /// updated_ms without journal entries, a consumed token's at_ms, a
+  /// migration's applied_at); nullptr: SystemClock::Get(). Leases are judged
+  /// by the server's clock, never by this one. Not owned; must outlive the
+  /// store.
+  Clock* clock = nullptr;
   /// Tests only: called in every write transaction after txid_current() was
   /// read (a transaction that wrote nothing takes none) and right before
   /// COMMIT is sent, with the backend pid of the transaction's connection
@@ -191,21 +199,20 @@ class PgStore : public Store {
   Result<T> Run(const std::string& op, Access access, Body&& body);
 
   // Runs `group` (one batch or several) in one transaction and sets each
-  // one's status.
+  // one's status: group_commit_'s writer.
   void CommitGroup(std::vector<PendingCommit*> group);
   // Extends (`release` false: to now + lease_ms) or gives up (expiry 0) the
   // lease if it is still held: kAborted if lost, kNotFound if no such saga.
   Status UpdateLease(const char* what, const Lease& lease, int64_t lease_ms, bool release);
 
-  const PgOptions options_;
+  const PgOptions options_;  // clock resolved (never nullptr)
   std::unique_ptr<Pool> pool_;
   const int schema_version_;
+  Clock* const clock_;
 
-  // The group commit queue: callers wait here while a leader writes.
-  std::mutex queue_mu_;
-  std::condition_variable queue_cv_;
-  std::deque<PendingCommit*> queue_;  // GUARDED_BY(queue_mu_)
-  bool leader_active_ = false;        // GUARDED_BY(queue_mu_)
+  // Commit: callers wait here while a leader writes (through CommitGroup).
+  // Last, so that it goes first.
+  GroupCommit<PendingCommit> group_commit_;
 };
 
 }  // namespace idem::storage

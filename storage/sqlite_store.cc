@@ -4,7 +4,6 @@
 #include <array>
 #include <cctype>
 #include <exception>
-#include <set>
 #include <stdexcept>
 #include <string_view>
 #include <thread>
@@ -14,6 +13,8 @@
 #include <sqlite3.h>
 
 #include "storage/sqlite_errors.h"
+#include "storage/sqlite_migrations.h"  // generated
+#include "storage/validate.h"
 
 #include "common/clock.h"
 #include <SQLiteCpp/Database.h>
@@ -151,141 +152,13 @@ class Tx {
 
 // ---- Schema -----------------------------------------------------------------
 //
-// kMigrations[i] takes the database from version i to version i + 1. Append
-// new scripts at the end; never edit one that has shipped.
+// kSqliteMigrations[i] takes the database from version i to version i + 1: the
+// scripts of storage/migrations/sqlite/, embedded by the build (a generated
+// header). Add a new file at the end; never edit one that has shipped.
 //
 // String columns are NOT NULL ('' for "none"); JSON columns hold canonical
 // text (CanonicalJson) or SQL NULL for a JSON null.
-constexpr std::array kMigrations = {
-    // 1: the initial schema.
-    R"sql(
-CREATE TABLE intents (
-  intent_key  TEXT    NOT NULL PRIMARY KEY,
-  fingerprint TEXT    NOT NULL,
-  saga_id     TEXT    NOT NULL UNIQUE,
-  created_ms  INTEGER NOT NULL
-);
-
-CREATE TABLE sagas (
-  saga_id     TEXT    NOT NULL PRIMARY KEY,
-  intent_key  TEXT    NOT NULL UNIQUE REFERENCES intents (intent_key),
-  fingerprint TEXT    NOT NULL,
-  spec_name   TEXT    NOT NULL,
-  spec        TEXT,
-  input       TEXT,
-  state       TEXT    NOT NULL,
-  reason      TEXT    NOT NULL DEFAULT '',
-  created_ms  INTEGER NOT NULL,
-  updated_ms  INTEGER NOT NULL
-);
-CREATE INDEX sagas_by_state ON sagas (state);
-
-CREATE TABLE steps (
-  saga_id          TEXT    NOT NULL REFERENCES sagas (saga_id),
-  idx              INTEGER NOT NULL,
-  step_id          TEXT    NOT NULL,
-  tool             TEXT    NOT NULL,
-  state            TEXT    NOT NULL,
-  attempt          INTEGER NOT NULL DEFAULT 0,
-  step_key         TEXT    NOT NULL UNIQUE,
-  args             TEXT,
-  args_fingerprint TEXT    NOT NULL DEFAULT '',
-  result           TEXT,
-  external_ref     TEXT    NOT NULL DEFAULT '',
-  error            TEXT    NOT NULL DEFAULT '',
-  comp_attempt     INTEGER NOT NULL DEFAULT 0,
-  comp_result      TEXT,
-  updated_ms       INTEGER NOT NULL,
-  PRIMARY KEY (saga_id, idx)
-);
-
-CREATE TABLE journal (
-  seq     INTEGER PRIMARY KEY AUTOINCREMENT,
-  saga_id TEXT    NOT NULL REFERENCES sagas (saga_id),
-  step_id TEXT    NOT NULL DEFAULT '',
-  event   TEXT    NOT NULL,
-  data    TEXT,
-  at_ms   INTEGER NOT NULL
-);
-CREATE INDEX journal_by_saga ON journal (saga_id, seq);
-CREATE TRIGGER journal_no_update BEFORE UPDATE ON journal
-BEGIN
-  SELECT RAISE(ABORT, 'journal is append-only');
-END;
-CREATE TRIGGER journal_no_delete BEFORE DELETE ON journal
-BEGIN
-  SELECT RAISE(ABORT, 'journal is append-only');
-END;
-
-CREATE TABLE effects (
-  idempotency_key TEXT    NOT NULL PRIMARY KEY,
-  saga_id         TEXT    NOT NULL REFERENCES sagas (saga_id),
-  step_id         TEXT    NOT NULL,
-  kind            TEXT    NOT NULL,
-  tool            TEXT    NOT NULL,
-  result          TEXT,
-  external_ref    TEXT    NOT NULL DEFAULT '',
-  at_ms           INTEGER NOT NULL
-);
-CREATE INDEX effects_by_saga ON effects (saga_id);
-CREATE TRIGGER effects_no_update BEFORE UPDATE ON effects
-BEGIN
-  SELECT RAISE(ABORT, 'effects are append-only');
-END;
-CREATE TRIGGER effects_no_delete BEFORE DELETE ON effects
-BEGIN
-  SELECT RAISE(ABORT, 'effects are append-only');
-END;
-)sql",
-    // 2: two-phase steps (preview, token, approval) and single-use tokens.
-    R"sql(
-ALTER TABLE steps ADD COLUMN phase TEXT;
-CREATE TABLE consumed_tokens (
-  nonce   TEXT    NOT NULL PRIMARY KEY,
-  saga_id TEXT    NOT NULL REFERENCES sagas (saga_id),
-  step_id TEXT    NOT NULL,
-  at_ms   INTEGER NOT NULL
-);
-)sql",
-    // 3: leases (several workers on one store) and fencing. A free lease has
-    // lease_expires_ms 0; lease_epoch counts the claims.
-    R"sql(
-ALTER TABLE sagas ADD COLUMN lease_owner TEXT NOT NULL DEFAULT '';
-ALTER TABLE sagas ADD COLUMN lease_expires_ms INTEGER NOT NULL DEFAULT 0;
-ALTER TABLE sagas ADD COLUMN lease_epoch INTEGER NOT NULL DEFAULT 0;
-CREATE INDEX sagas_by_state_lease ON sagas (state, lease_expires_ms);
-)sql",
-    // 4: fewer pages written per commit. sagas_by_state_lease serves every
-    // lookup by state, so sagas_by_state only cost a page per state change;
-    // the journal's seq becomes its rowid (max + 1: the journal is
-    // append-only, so it still only grows) instead of AUTOINCREMENT, which
-    // rewrote the sqlite_sequence row with every entry.
-    R"sql(
-DROP INDEX sagas_by_state;
-CREATE TABLE journal_v4 (
-  seq     INTEGER PRIMARY KEY,
-  saga_id TEXT    NOT NULL REFERENCES sagas (saga_id),
-  step_id TEXT    NOT NULL DEFAULT '',
-  event   TEXT    NOT NULL,
-  data    TEXT,
-  at_ms   INTEGER NOT NULL
-);
-INSERT INTO journal_v4 (seq, saga_id, step_id, event, data, at_ms)
-  SELECT seq, saga_id, step_id, event, data, at_ms FROM journal ORDER BY seq;
-DROP TABLE journal;
-ALTER TABLE journal_v4 RENAME TO journal;
-DELETE FROM sqlite_sequence WHERE name = 'journal';
-CREATE INDEX journal_by_saga ON journal (saga_id, seq);
-CREATE TRIGGER journal_no_update BEFORE UPDATE ON journal
-BEGIN
-  SELECT RAISE(ABORT, 'journal is append-only');
-END;
-CREATE TRIGGER journal_no_delete BEFORE DELETE ON journal
-BEGIN
-  SELECT RAISE(ABORT, 'journal is append-only');
-END;
-)sql",
-};
+constexpr auto& kMigrations = kSqliteMigrations;
 
 constexpr int kLatestVersion = static_cast<int>(kMigrations.size());
 
@@ -308,8 +181,6 @@ constexpr std::array<SyncMode, 4> kSyncModes = {{
 using sqlite_errors::DataError;
 using sqlite_errors::Guarded;
 using sqlite_errors::IsConstraint;
-
-std::string Quote(const std::string& s) { return "\"" + s + "\""; }
 
 // ---- Binding and reading ----------------------------------------------------
 
@@ -382,7 +253,7 @@ Status TooNew(int version) {
 // Applies pending migrations, each in its own IMMEDIATE transaction that
 // re-reads the version, so that two processes opening a fresh file at once
 // apply each script exactly once. Returns the resulting version.
-Result<int> Migrate(SQLite::Database& db) {
+Result<int> Migrate(SQLite::Database& db, Clock* clock) {
   db.exec(
       "CREATE TABLE IF NOT EXISTS schema_migrations ("
       " version INTEGER PRIMARY KEY,"
@@ -398,7 +269,7 @@ Result<int> Migrate(SQLite::Database& db) {
     db.exec(kMigrations[next - 1]);
     SQLite::Statement ins(db, "INSERT INTO schema_migrations (version, applied_at) VALUES (?, ?)");
     ins.bind(1, next);
-    ins.bind(2, static_cast<int64_t>(SystemClock::Get()->NowMs()));
+    ins.bind(2, static_cast<int64_t>(clock->NowMs()));
     ins.exec();
     tx.commit();
     version = next;
@@ -463,8 +334,8 @@ SqliteStore::SqliteStore(std::unique_ptr<SQLite::Database> db,
       read_stmts_(std::make_unique<sqlite_internal::StatementCache>(*read_db_)),
       schema_version_(schema_version),
       clock_(options.clock != nullptr ? options.clock : SystemClock::Get()),
-      group_commit_(options.group_commit),
-      max_group_batches_(options.max_group_batches) {}
+      group_commit_(options.group_commit, options.max_group_batches,
+                    [this](const std::vector<PendingCommit*>& group) { CommitGroup(group); }) {}
 
 SqliteStore::~SqliteStore() {
   {
@@ -537,7 +408,8 @@ Result<std::unique_ptr<SqliteStore>> SqliteStore::OpenOnce(const SqliteOptions& 
           return Status::FailedPrecondition(op + ": SQLite refused to enable foreign keys");
         }
 
-        Result<int> version = Migrate(*db);
+        Result<int> version =
+            Migrate(*db, options.clock != nullptr ? options.clock : SystemClock::Get());
         if (!version.ok()) {
           return Status(version.status().code(), op + ": " + version.status().message());
         }
@@ -652,32 +524,16 @@ Result<CreateOutcome> ApplyCreate(StatementCache& c, const NewSaga& saga) {
 
 }  // namespace
 
-/// One Commit call waiting in (or led through) the group commit queue.
+/// One Commit or new intent waiting in (or led through) the group commit queue.
 struct SqliteStore::PendingCommit {
   const WriteBatch* batch = nullptr;  // a batch, or
   const NewSaga* saga = nullptr;      // a new intent and its saga
   CreateOutcome created;              // for `saga`, when status is OK
   Status status;
-  bool done = false;  // GUARDED_BY(queue_mu_)
 };
 
 Result<CreateOutcome> SqliteStore::CreateIntent(const NewSaga& saga) {
-  if (saga.saga_id.empty()) return Status::InvalidArgument("CreateIntent: saga_id is empty");
-  if (saga.intent_key.empty()) return Status::InvalidArgument("CreateIntent: intent_key is empty");
-  std::set<int> indexes;
-  for (size_t i = 0; i < saga.steps.size(); ++i) {
-    if (!indexes.insert(saga.steps[i].index).second) {
-      return Status::InvalidArgument("CreateIntent: steps[" + std::to_string(i) + "]: index " +
-                                     std::to_string(saga.steps[i].index) + " is used twice");
-    }
-  }
-  for (size_t i = 0; i < saga.journal.size(); ++i) {
-    const std::string& id = saga.journal[i].saga_id;
-    if (!id.empty() && id != saga.saga_id) {
-      return Status::InvalidArgument("CreateIntent: journal[" + std::to_string(i) + "]: saga_id " +
-                                     Quote(id) + " is not " + Quote(saga.saga_id));
-    }
-  }
+  IDEM_RETURN_IF_ERROR(ValidateNewSaga(saga));
 
   // A key submitted before is answered by a read: no write lock, no flush.
   const std::string op = "CreateIntent " + Quote(saga.intent_key);
@@ -692,7 +548,7 @@ Result<CreateOutcome> SqliteStore::CreateIntent(const NewSaga& saga) {
   // submissions share a transaction (the lookup is repeated inside it).
   PendingCommit me;
   me.saga = &saga;
-  Enqueue(&me);
+  group_commit_.Submit(&me);
   if (!me.status.ok()) return me.status;
   return me.created;
 }
@@ -844,75 +700,14 @@ Status ApplyBatch(StatementCache& c, const WriteBatch& batch, int64_t now_ms) {
   return Status::Ok();
 }
 
-// Every caller's batch validated before it joins a group.
-Status CheckBatch(const WriteBatch& batch) {
-  if (batch.saga_id.empty()) return Status::InvalidArgument("Commit: saga_id is empty");
-  if (batch.release_lease && batch.fence_epoch == 0) {
-    return Status::InvalidArgument("Commit: release_lease needs the lease's fence_epoch");
-  }
-  auto check_owner = [&](const std::string& id, const char* what, size_t i) -> Status {
-    if (id.empty() || id == batch.saga_id) return Status::Ok();
-    return Status::InvalidArgument("Commit: " + std::string(what) + "[" + std::to_string(i) +
-                                   "]: saga_id " + Quote(id) + " is not the batch's " +
-                                   Quote(batch.saga_id));
-  };
-  for (size_t i = 0; i < batch.steps.size(); ++i) {
-    IDEM_RETURN_IF_ERROR(check_owner(batch.steps[i].saga_id, "steps", i));
-  }
-  for (size_t i = 0; i < batch.journal.size(); ++i) {
-    IDEM_RETURN_IF_ERROR(check_owner(batch.journal[i].saga_id, "journal", i));
-  }
-  for (size_t i = 0; i < batch.effects.size(); ++i) {
-    IDEM_RETURN_IF_ERROR(check_owner(batch.effects[i].saga_id, "effects", i));
-  }
-  return Status::Ok();
-}
-
 }  // namespace
 
 Status SqliteStore::Commit(const WriteBatch& batch) {
-  IDEM_RETURN_IF_ERROR(CheckBatch(batch));
+  IDEM_RETURN_IF_ERROR(ValidateWriteBatch(batch));
   PendingCommit me;
   me.batch = &batch;
-  Enqueue(&me);
+  group_commit_.Submit(&me);
   return me.status;
-}
-
-void SqliteStore::Enqueue(PendingCommit* pending) {
-  PendingCommit& me = *pending;
-  if (!group_commit_) {
-    CommitGroup({&me});
-    return;
-  }
-  // Leader/follower: whoever finds no writer at work becomes the leader and
-  // writes what is queued (its own batch among it, unless the queue is
-  // longer than a group); the others wait for their `done`.
-  std::unique_lock<std::mutex> lock(queue_mu_);
-  queue_.push_back(&me);
-  for (;;) {
-    if (me.done) return;
-    if (leader_active_) {
-      queue_cv_.wait(lock);
-      continue;
-    }
-    leader_active_ = true;
-    std::vector<PendingCommit*> group;
-    while (!queue_.empty() && static_cast<int>(group.size()) < max_group_batches_) {
-      group.push_back(queue_.front());
-      queue_.pop_front();
-    }
-    lock.unlock();
-    try {
-      CommitGroup(group);
-    } catch (const std::exception& e) {  // bad_alloc: never leave the queue leaderless
-      for (PendingCommit* p : group)
-        p->status = Status::Internal("Commit: " + std::string(e.what()));
-    }
-    lock.lock();
-    for (PendingCommit* p : group) p->done = true;
-    leader_active_ = false;
-    queue_cv_.notify_all();
-  }
 }
 
 void SqliteStore::CommitGroup(const std::vector<PendingCommit*>& group) {
@@ -956,10 +751,7 @@ void SqliteStore::CommitGroup(const std::vector<PendingCommit*>& group) {
     return;
   }
   commit_batches_.fetch_add(static_cast<int64_t>(group.size()));
-  int64_t largest = largest_group_.load();
-  while (static_cast<int64_t>(group.size()) > largest &&
-         !largest_group_.compare_exchange_weak(largest, static_cast<int64_t>(group.size()))) {
-  }
+  RaiseToAtLeast(largest_group_, static_cast<int64_t>(group.size()));
 }
 
 SqliteStats SqliteStore::Stats() const {

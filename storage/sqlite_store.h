@@ -7,11 +7,12 @@
 // memory: every read goes to the database, every write is a transaction.
 // Open refuses a database that cannot run in WAL mode (":memory:" included).
 //
-// Schema: versioned migrations, each applied in its own transaction and
-// recorded in `schema_migrations`. Open applies the pending ones; a database
-// whose version is newer than this build knows is refused (kFailedPrecondition)
-// rather than written to by older code. The journal table is append-only:
-// triggers abort any UPDATE or DELETE of its rows.
+// Schema: versioned migrations (storage/migrations/sqlite/, embedded in the
+// build), each applied in its own transaction and recorded in
+// `schema_migrations`. Open applies the pending ones; a database whose version
+// is newer than this build knows is refused (kFailedPrecondition) rather than
+// written to by older code. The journal and effects tables are append-only:
+// triggers abort any UPDATE or DELETE of their rows.
 //
 // Leases: expiry is judged by `SqliteOptions::clock` (the process clock by
 // default); see Store for the contract. ClaimSagas and ClaimSaga:
@@ -22,23 +23,29 @@
 // lease that expired but was not claimed again still lets its holder write
 // (and renew), since nobody else can have written in between.
 //
-// Group commit (`group_commit`, on by default): Commit calls that arrive while
-// another is writing queue up, and the next writer runs up to
-// `max_group_batches` of them in one transaction, each batch inside its own
-// SAVEPOINT, so that one batch's failure (kConflict, kAborted, kNotFound)
-// rolls back that batch alone. One COMMIT, so one WAL fsync, for the group;
-// every caller returns only after that COMMIT, with its own batch's status.
-// A failure of the transaction itself (a busy or broken database, any SQLite
-// error other than a constraint violation) fails every batch of the group,
-// and nothing of any of them is written.
+// Group commit (`group_commit`, on by default; storage/group_commit.h): Commit
+// calls and CreateIntent calls for a new intent key that arrive while another
+// is writing queue up, and the next writer runs up to `max_group_batches` of
+// them in one transaction, each batch inside its own SAVEPOINT, so that one
+// batch's failure (kConflict, kAborted, kNotFound) rolls back that batch
+// alone. One COMMIT, so one WAL fsync, for the group; every caller returns
+// only after that COMMIT, with its own batch's status. A failure of the
+// transaction itself (a busy or broken database, any SQLite error other than
+// a constraint violation) fails every batch of the group, and nothing of any
+// of them is written.
 //
-// Thread safety: one connection guarded by a mutex; every method may be called
-// from several threads at once, and they run one at a time. The connection's
-// prepared statements are kept (keyed by their SQL text) and reused under that
-// mutex; each is reset, its bindings cleared, as soon as a call is done with
-// it, so that no statement keeps a read snapshot open between calls. Several processes
-// (or several SqliteStore objects) may open the same file: writes take the
-// database write lock at BEGIN (BEGIN IMMEDIATE) and wait up to
+// Thread safety: every method may be called from several threads at once.
+// Two connections: writes (Commit, CreateIntent of a new key, the lease
+// calls) go through one, guarded by a mutex, so they run one at a time; reads
+// (LoadSaga, ListSagas, ReadJournal, ListEffects, and the look-up that
+// answers a known intent key) through a second, query_only one with its own
+// mutex, so that they run beside the writer's fsync (WAL gives each read its
+// snapshot; a read after a commit sees it). Each connection's prepared
+// statements are kept (keyed by their SQL text) and reused under its mutex;
+// each is reset, its bindings cleared, as soon as a call is done with it, so
+// that no statement keeps a read snapshot open between calls. Several
+// processes (or several SqliteStore objects) may open the same file: writes
+// take the database write lock at BEGIN (BEGIN IMMEDIATE) and wait up to
 // `busy_timeout_ms` for it, then fail with kUnavailable.
 //
 // Errors: as in store.h. SQLITE_BUSY / SQLITE_LOCKED map to kUnavailable, other
@@ -46,14 +53,13 @@
 // a method of this class.
 
 #include <atomic>
-#include <condition_variable>
 #include <cstdint>
-#include <deque>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
 
+#include "storage/group_commit.h"
 #include "storage/store.h"
 
 #include "common/clock.h"
@@ -79,7 +85,8 @@ struct SqliteOptions {
   /// The clock that judges leases and stamps times the caller did not give;
   /// nullptr: SystemClock::Get(). Not owned; must outlive the store.
   Clock* clock = nullptr;
-  /// Concurrent Commit calls share transactions (see above).
+  /// Concurrent Commit (and new-intent CreateIntent) calls share
+  /// transactions (see above).
   bool group_commit = true;
   /// Most batches in one group transaction (>= 1).
   int max_group_batches = 64;
@@ -151,11 +158,8 @@ class SqliteStore : public Store {
               int schema_version, const SqliteOptions& options);
 
   // Runs `group` (one batch or several) in one transaction and sets each
-  // one's status.
+  // one's status: group_commit_'s writer.
   void CommitGroup(const std::vector<PendingCommit*>& group);
-  // Writes `pending` through the group commit queue (or alone without
-  // group commit) and returns when its status is set.
-  void Enqueue(PendingCommit* pending);
   // Extends (`release` false: to now + lease_ms) or gives up (expiry 0) the
   // lease if it is still held: kAborted if lost, kNotFound if no such saga.
   Status UpdateLease(const char* what, const Lease& lease, int64_t lease_ms, bool release);
@@ -172,18 +176,14 @@ class SqliteStore : public Store {
   std::unique_ptr<sqlite_internal::StatementCache> read_stmts_;  // GUARDED_BY(read_mu_)
   const int schema_version_;
   Clock* const clock_;
-  const bool group_commit_;
-  const int max_group_batches_;
-
-  // The group commit queue: callers wait here while a leader writes.
-  std::mutex queue_mu_;
-  std::condition_variable queue_cv_;
-  std::deque<PendingCommit*> queue_;  // GUARDED_BY(queue_mu_)
-  bool leader_active_ = false;        // GUARDED_BY(queue_mu_)
 
   std::atomic<int64_t> commit_batches_{0};
   std::atomic<int64_t> commit_transactions_{0};
   std::atomic<int64_t> largest_group_{0};
+
+  // Commit and new intents: callers wait here while a leader writes (through
+  // CommitGroup). Last, so that it goes first.
+  GroupCommit<PendingCommit> group_commit_;
 };
 
 }  // namespace idem::storage

@@ -12,7 +12,7 @@ bool StartsWith(const std::string& s, const char* prefix) { return s.rfind(prefi
 
 }  // namespace
 
-Result<std::unique_ptr<Store>> OpenStore(const std::string& locator) {
+Result<std::unique_ptr<Store>> OpenStore(const std::string& locator, Clock* clock) {
   if (locator.empty()) {
     return Status::InvalidArgument(
         "store locator is empty; want a file path, sqlite:PATH or postgresql://...");
@@ -20,12 +20,14 @@ Result<std::unique_ptr<Store>> OpenStore(const std::string& locator) {
   if (StartsWith(locator, "postgresql://") || StartsWith(locator, "postgres://")) {
     PgOptions options;
     options.url = locator;
+    options.clock = clock;
     Result<std::unique_ptr<PgStore>> store = PgStore::Open(options);
     if (!store.ok()) return store.status();
     return std::unique_ptr<Store>(std::move(store).value());
   }
   SqliteOptions options;
   options.path = StartsWith(locator, "sqlite:") ? locator.substr(7) : locator;
+  options.clock = clock;
   if (options.path.empty()) {
     return Status::InvalidArgument("store locator " + locator + " names no database file");
   }

@@ -27,6 +27,10 @@
 #include "common/json_util.h"
 #include "common/status.h"
 
+namespace idem {
+class Clock;  // common/clock.h
+}  // namespace idem
+
 namespace idem::storage {
 
 /// An append-only journal line. `seq` is assigned by the store.
@@ -216,7 +220,9 @@ class Store {
 
 /// Opens a store from a locator: a file path or "sqlite:PATH" for SQLite;
 /// "postgresql://..." or "postgres://..." for PostgreSQL.
-/// Creates the database and runs pending migrations.
-Result<std::unique_ptr<Store>> OpenStore(const std::string& locator);
+/// Creates the database and runs pending migrations. `clock` (nullptr:
+/// SystemClock::Get(); not owned, must outlive the store) is the store's
+/// (SqliteOptions::clock, PgOptions::clock).
+Result<std::unique_ptr<Store>> OpenStore(const std::string& locator, Clock* clock = nullptr);
 
 }  // namespace idem::storage

@@ -1,0 +1,143 @@
+#include "server/auth.h"
+
+#include <algorithm>
+#include <cctype>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "server/problem.h"
+
+#include "common/json_util.h"
+#include <openssl/crypto.h>
+#include <sys/stat.h>
+
+namespace idem::server {
+namespace {
+
+constexpr size_t kMaxBearerBytes = 4096;
+
+bool ValidName(const std::string& s, size_t max) {
+  if (s.empty() || s.size() > max) return false;
+  for (char c : s) {
+    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '.' || c == '_' || c == '-';
+    if (!ok) return false;
+  }
+  return true;
+}
+
+bool IsHex64(const std::string& s) {
+  if (s.size() != 64) return false;
+  for (char c : s) {
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+bool IsLoopback(const std::string& host) {
+  return host == "127.0.0.1" || host == "::1" || host == "localhost" || host.rfind("127.", 0) == 0;
+}
+
+Result<std::vector<Principal>> ParsePrincipals(const std::string& json_text) {
+  auto doc = ParseJson(json_text, "auth", 8);
+  if (!doc.ok()) return doc.status();
+  if (!doc->is_array()) return Status::InvalidArgument("auth: expected a JSON array");
+  std::vector<Principal> out;
+  std::set<std::string> names, hashes;
+  for (size_t i = 0; i < doc->size(); ++i) {
+    const Json& e = (*doc)[i];
+    std::string at = "auth[" + std::to_string(i) + "]";
+    if (!e.is_object()) return Status::InvalidArgument(at + ": expected an object");
+    for (const auto& [k, v] : e.items()) {
+      if (k != "name" && k != "token_sha256" && k != "roles") {
+        return Status::InvalidArgument(at + ": unknown field \"" + PrintableText(k) + "\"");
+      }
+    }
+    Principal p;
+    if (!e.contains("name") || !e["name"].is_string() ||
+        !ValidName(p.name = e["name"].get<std::string>(), 64)) {
+      return Status::InvalidArgument(at + ".name: expected [A-Za-z0-9._-]{1,64}");
+    }
+    if (!e.contains("token_sha256") || !e["token_sha256"].is_string() ||
+        !IsHex64(p.token_sha256 = e["token_sha256"].get<std::string>())) {
+      return Status::InvalidArgument(at + ".token_sha256: expected 64 lower-case hex digits");
+    }
+    if (!e.contains("roles") || !e["roles"].is_array() || e["roles"].empty()) {
+      return Status::InvalidArgument(at + ".roles: expected a non-empty array");
+    }
+    for (size_t r = 0; r < e["roles"].size(); ++r) {
+      const Json& role = e["roles"][r];
+      if (!role.is_string() || (role != kRoleAgent && role != kRoleApprover)) {
+        return Status::InvalidArgument(at + ".roles[" + std::to_string(r) +
+                                       "]: expected \"agent\" or \"approver\"");
+      }
+      p.roles.push_back(role.get<std::string>());
+    }
+    if (!names.insert(p.name).second) {
+      return Status::InvalidArgument(at + ".name: \"" + p.name + "\" appears twice");
+    }
+    if (!hashes.insert(p.token_sha256).second) {
+      return Status::InvalidArgument(at + ".token_sha256: the same token appears twice");
+    }
+    out.push_back(std::move(p));
+  }
+  return out;
+}
+
+Result<std::vector<Principal>> LoadPrincipals(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return Status::NotFound(path + ": cannot read the auth file");
+  if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
+    return Status::FailedPrecondition(path + ": group or others may write the auth file");
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Status::NotFound(path + ": cannot read the auth file");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  auto out = ParsePrincipals(ss.str());
+  if (!out.ok()) return Status::InvalidArgument(path + ": " + out.status().message());
+  return out;
+}
+
+const Principal* Authenticator::Identify(const HttpRequest& req) const {
+  static const Principal anonymous{kAnonymous, "", {kRoleAgent, kRoleApprover}};
+  if (principals_.empty()) return &anonymous;  // insecure_no_auth
+  const std::string h = req.Header("Authorization");
+  if (h.size() < 8 || h.size() > kMaxBearerBytes) return nullptr;
+  std::string scheme = h.substr(0, 7);
+  std::transform(scheme.begin(), scheme.end(), scheme.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  if (scheme != "bearer ") return nullptr;
+  std::string token = h.substr(7);
+  while (!token.empty() && token.front() == ' ') token.erase(0, 1);
+  if (token.empty()) return nullptr;
+  const std::string hash = Sha256Hex(token);
+  const Principal* found = nullptr;
+  for (const Principal& p : principals_) {  // every entry: no early exit
+    if (CRYPTO_memcmp(p.token_sha256.data(), hash.data(), hash.size()) == 0) found = &p;
+  }
+  return found;
+}
+
+const Principal* Authenticator::Authorize(const HttpRequest& req, HttpResponse& res,
+                                          std::initializer_list<const char*> roles) const {
+  const Principal* p = Identify(req);
+  if (p == nullptr) {
+    res.SetHeader("WWW-Authenticate", "Bearer realm=\"idem\"");
+    Problem(res, 401, "unauthorized", "Unauthorized",
+            "a valid bearer token is required (Authorization: Bearer <token>)");
+    return nullptr;
+  }
+  for (const char* role : roles) {
+    if (std::find(p->roles.begin(), p->roles.end(), role) != p->roles.end()) return p;
+  }
+  std::string want;
+  for (const char* role : roles) want += (want.empty() ? "" : " or ") + std::string(role);
+  Problem(res, 403, "forbidden", "Forbidden", "this operation needs the role " + want);
+  return nullptr;
+}
+
+}  // namespace idem::server

@@ -1,0 +1,46 @@
+#pragma once
+// Callers: the auth file's principals, bearer tokens checked against their
+// SHA-256 (CRYPTO_memcmp over every entry), and roles. Internal to the server
+// (Principal, ParsePrincipals and LoadPrincipals are declared in server.h).
+//
+// Thread safety: an Authenticator is immutable after construction.
+
+#include <initializer_list>
+#include <string>
+#include <vector>
+
+#include "server/http.h"
+#include "server/server.h"
+
+namespace idem::server {
+
+inline constexpr const char* kAnonymous = "anonymous";
+inline constexpr const char* kRoleAgent = "agent";
+inline constexpr const char* kRoleApprover = "approver";
+
+/// True for a loopback host name or address (127.0.0.0/8, ::1, localhost).
+bool IsLoopback(const std::string& host);
+
+class Authenticator {
+ public:
+  /// No principals: every caller is "anonymous" with both roles (the
+  /// server's --insecure-no-auth).
+  explicit Authenticator(std::vector<Principal> principals) : principals_(std::move(principals)) {}
+
+  /// True when callers need a bearer token.
+  bool enabled() const { return !principals_.empty(); }
+
+  /// The principal named by the request's bearer token; nullptr when absent
+  /// or bad.
+  const Principal* Identify(const HttpRequest& req) const;
+
+  /// The principal if it holds one of `roles`; else nullptr and a 401
+  /// (+ WWW-Authenticate) or 403 problem in `res`.
+  const Principal* Authorize(const HttpRequest& req, HttpResponse& res,
+                             std::initializer_list<const char*> roles) const;
+
+ private:
+  std::vector<Principal> principals_;
+};
+
+}  // namespace idem::server

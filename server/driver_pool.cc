@@ -1,0 +1,116 @@
+#include "server/driver_pool.h"
+
+#include <chrono>
+
+#include "saga/states.h"
+
+namespace idem::server {
+
+void DriverPool::Start() {
+  if (started_) return;
+  started_ = true;
+  if (options_.use_leases) {
+    work_thread_ = std::thread([this] {
+      WorkerOptions wo;
+      wo.concurrency = options_.workers;
+      wo.poll_ms = options_.poll_ms;
+      (void)engine_->Work(wo);
+    });
+  } else {
+    for (int i = 0; i < options_.workers; ++i) drivers_.emplace_back([this] { DriverLoop(); });
+  }
+  sweeper_ = std::thread([this] { SweeperLoop(); });
+}
+
+void DriverPool::Stop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  sweep_cv_.notify_all();
+  for (auto& t : drivers_) t.join();
+  drivers_.clear();
+  if (sweeper_.joinable()) sweeper_.join();
+  if (work_thread_.joinable()) work_thread_.join();
+}
+
+void DriverPool::Enqueue(const std::string& id) {
+  if (options_.use_leases) return;  // Engine::Work claims it
+  std::lock_guard<std::mutex> lock(mu_);
+  if (stopping_ || queued_.count(id) > 0 || driving_.count(id) > 0) return;
+  queued_.insert(id);
+  queue_.push_back(id);
+  cv_.notify_one();
+}
+
+bool DriverPool::BeginDrive(const std::string& id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return driving_.insert(id).second;
+}
+
+void DriverPool::EndDrive(const std::string& id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  driving_.erase(id);
+}
+
+void DriverPool::DriverLoop() {
+  for (;;) {
+    std::string id;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      if (stopping_) return;
+      id = queue_.front();
+      queue_.pop_front();
+      queued_.erase(id);
+    }
+    if (!BeginDrive(id)) continue;  // driven elsewhere; the sweeper comes back
+    auto r = engine_->Run(id);
+    (void)r;  // the journal says where it stands; the sweeper retries errors
+    EndDrive(id);
+  }
+}
+
+void DriverPool::SweepOnce() {
+  storage::SagaFilter f;
+  f.limit = 1'000'000;
+  f.states = {SagaStateName(SagaState::kAwaitingApproval)};
+  if (!options_.use_leases) {
+    f.states.push_back(SagaStateName(SagaState::kPending));
+    f.states.push_back(SagaStateName(SagaState::kRunning));
+    f.states.push_back(SagaStateName(SagaState::kCompensating));
+  }
+  auto list = store_->ListSagas(f);
+  if (!list.ok()) return;
+  int64_t now = clock_->NowMs();
+  for (auto it = list->rbegin(); it != list->rend(); ++it) {  // oldest first
+    storage::SagaRecord rec;
+    rec.summary = *it;
+    if (it->state == SagaStateName(SagaState::kAwaitingApproval)) {
+      // Waiting: only a decided or expired approval has anything to drive.
+      auto loaded = store_->LoadSaga(it->saga_id);
+      if (!loaded.ok()) continue;
+      rec = std::move(loaded).value();
+    }
+    if (!NeedsDrive(rec, now)) continue;
+    if (options_.use_leases) {
+      (void)engine_->Run(it->saga_id);  // leased: another holder answers kAborted
+    } else {
+      Enqueue(it->saga_id);
+    }
+  }
+}
+
+void DriverPool::SweeperLoop() {
+  for (;;) {
+    SweepOnce();
+    std::unique_lock<std::mutex> lock(mu_);
+    if (sweep_cv_.wait_for(lock, std::chrono::milliseconds(options_.sweep_ms),
+                           [&] { return stopping_; })) {
+      return;
+    }
+  }
+}
+
+}  // namespace idem::server

@@ -1,0 +1,53 @@
+#pragma once
+// The API's handlers, grouped by resource, one file each: sagas
+// (sagas.cc), specs (specs.cc), approvals (approvals.cc), health and
+// metrics (health.cc). They read and write the server's own HttpRequest /
+// HttpResponse (server/http.h) and know no HTTP library; server/routes.cc
+// maps paths to them. Every answer follows server/openapi.json.
+//
+// Thread safety: handlers run on the HTTP threads, many at once; `ctx` is
+// shared and its parts are thread-safe.
+
+#include "server/context.h"
+#include "server/http.h"
+
+namespace idem::server {
+
+// ---- sagas (sagas.cc)
+
+/// POST /v1/sagas: validates the body and its spec (parsed once), then
+/// submits it under the caller's Idempotency-Key.
+void PostSaga(ServerContext& ctx, const HttpRequest& req, HttpResponse& res);
+/// GET /v1/sagas/{id}
+void GetSaga(ServerContext& ctx, const HttpRequest& req, HttpResponse& res);
+/// GET /v1/sagas?status=S&limit=N
+void ListSagas(ServerContext& ctx, const HttpRequest& req, HttpResponse& res);
+/// POST /v1/sagas/{id}/cancel, through Engine::Cancel.
+void CancelSaga(ServerContext& ctx, const HttpRequest& req, HttpResponse& res);
+
+// ---- specs (specs.cc)
+
+/// PUT /v1/specs/{name}
+void PutSpec(ServerContext& ctx, const HttpRequest& req, HttpResponse& res);
+/// GET /v1/specs
+void ListSpecs(ServerContext& ctx, const HttpRequest& req, HttpResponse& res);
+/// GET /v1/specs/{name}?version=N
+void GetSpec(ServerContext& ctx, const HttpRequest& req, HttpResponse& res);
+
+// ---- approvals (approvals.cc)
+
+/// GET /v1/approvals
+void ListApprovals(ServerContext& ctx, const HttpRequest& req, HttpResponse& res);
+/// POST /v1/approvals/{token}/approve (approve) or /reject.
+void DecideApproval(ServerContext& ctx, const HttpRequest& req, HttpResponse& res, bool approve);
+
+// ---- health and metrics (health.cc)
+
+/// GET /healthz
+void Healthz(ServerContext& ctx, const HttpRequest& req, HttpResponse& res);
+/// GET /readyz: the store answers and the server is not stopping.
+void Readyz(ServerContext& ctx, const HttpRequest& req, HttpResponse& res);
+/// GET /metrics (Prometheus text format 0.0.4)
+void MetricsPage(ServerContext& ctx, const HttpRequest& req, HttpResponse& res);
+
+}  // namespace idem::server

@@ -1,0 +1,225 @@
+// The saga resource: submit, read, list and cancel.
+
+#include <algorithm>
+#include <exception>
+#include <optional>
+#include <string>
+#include <utility>
+
+#include "saga/engine.h"
+#include "saga/spec.h"
+#include "saga/states.h"
+#include "server/handlers.h"
+#include "server/problem.h"
+#include "server/resources.h"
+
+namespace idem::server {
+namespace {
+
+constexpr int kDefaultListLimit = 100;
+constexpr int kMaxListLimit = 1000;
+
+// The Idempotency-Key as the layer reads it: an RFC 8941 sf-string is
+// unquoted, anything else is taken as sent.
+std::string IdempotencyKeyOf(const HttpRequest& req) {
+  std::string v = req.Header("Idempotency-Key");
+  if (v.size() >= 2 && v.front() == '"' && v.back() == '"') {
+    std::string out;
+    for (size_t i = 1; i + 1 < v.size(); ++i) {
+      if (v[i] == '\\' && i + 2 < v.size()) ++i;
+      out += v[i];
+    }
+    return out;
+  }
+  return v;
+}
+
+struct Submission {
+  SagaSpec spec;
+  Json input;
+};
+
+// The spec and input of a submission, or a 400/422 problem.
+std::optional<Submission> ReadSubmission(const ServerContext& ctx, const Json& body,
+                                         HttpResponse& res) {
+  if (!body.is_object()) {
+    Problem(res, 400, "invalid-request", "Invalid request", "body: expected a JSON object");
+    return std::nullopt;
+  }
+  for (const auto& [k, v] : body.items()) {
+    if (k != "spec" && k != "input") {
+      Problem(res, 400, "invalid-request", "Invalid request",
+              "body: unknown field \"" + k + "\" (expected spec, input)");
+      return std::nullopt;
+    }
+  }
+  if (!body.contains("spec") || !(body["spec"].is_object() || body["spec"].is_string())) {
+    Problem(res, 400, "invalid-request", "Invalid request",
+            "spec: required, a spec object or the name of a registered spec (\"name\" or "
+            "\"name@version\")");
+    return std::nullopt;
+  }
+  Json input = body.value("input", Json::object());
+  if (!input.is_object()) {
+    Problem(res, 400, "invalid-request", "Invalid request", "input: expected a JSON object");
+    return std::nullopt;
+  }
+  Json doc = body["spec"];
+  if (doc.is_string()) {
+    std::string ref = doc.get<std::string>();
+    std::string name = ref;
+    int version = 0;
+    size_t at = ref.find('@');
+    if (at != std::string::npos) {
+      name = ref.substr(0, at);
+      try {
+        size_t used = 0;
+        version = std::stoi(ref.substr(at + 1), &used);
+        if (used != ref.size() - at - 1 || version < 1) version = -1;
+      } catch (const std::exception&) {
+        version = -1;
+      }
+    }
+    auto found = version < 0 ? Result<SpecVersion>(Status::NotFound("bad version"))
+                             : ctx.specs->Get(name, version);
+    if (!found.ok()) {
+      if (found.status().code() == Code::kNotFound) {
+        Problem(res, 422, "unknown-spec", "Unknown spec",
+                "spec: no registered spec \"" + ref + "\" (PUT /v1/specs/{name} first)");
+      } else {
+        ProblemFor(res, found.status());
+      }
+      return std::nullopt;
+    }
+    doc = found->doc;
+  }
+  auto spec = ParseSpec(doc, *ctx.tools);
+  if (!spec.ok()) {
+    Problem(res, 422, "invalid-spec", "Invalid saga spec", spec.status().message());
+    return std::nullopt;
+  }
+  return Submission{std::move(spec).value(), std::move(input)};
+}
+
+// Runs once per (caller, key), under the key layer.
+void Submit(ServerContext& ctx, const Principal& p, const Submission& sub, const HttpRequest& req,
+            HttpResponse& res) {
+  const std::string key = p.name + ":" + IdempotencyKeyOf(req);
+  auto out = ctx.engine->Submit(sub.spec, sub.input, key);
+  if (!out.ok()) {
+    if (out.status().code() == Code::kConflict) {
+      return Problem(res, 422, "idempotency-key-reused", "Idempotency-Key reused",
+                     "this Idempotency-Key was used with another request");
+    }
+    return ProblemFor(res, out.status());
+  }
+  if (!out->created) ctx.metrics->Duplicate("existing_intent");
+  auto rec = ctx.store->LoadSaga(out->saga_id);
+  if (!rec.ok()) return ProblemFor(res, rec.status());
+  res.SetHeader("Location", "/v1/sagas/" + out->saga_id);
+  SendSaga(ctx, res, out->created ? 201 : 200, *rec);
+  if (!ctx.stopping->load()) ctx.pool->Enqueue(out->saga_id);
+}
+
+}  // namespace
+
+void PostSaga(ServerContext& ctx, const HttpRequest& req, HttpResponse& res) {
+  const Principal* p = ctx.auth->Authorize(req, res, {kRoleAgent});
+  if (p == nullptr) return;
+  // Validated before the key layer: a malformed request stores nothing.
+  auto body = ReadJsonBody(req, res, ctx.options->max_json_depth);
+  if (!body) return;
+  auto sub = ReadSubmission(ctx, *body, res);
+  if (!sub) return;
+  const size_t max_key = MaxIdempotencyKeyLength();
+  if (req.HasHeader("Idempotency-Key") &&
+      p->name.size() + 1 + IdempotencyKeyOf(req).size() > max_key) {
+    Problem(res, 400, "idempotency-key-invalid", "Invalid Idempotency-Key",
+            "Idempotency-Key: at most " + std::to_string(max_key - p->name.size() - 1) +
+                " characters for this caller");
+    return;
+  }
+  ctx.keys->Serve(p->name, req, res,
+                  [&](const HttpRequest& r, HttpResponse& out) { Submit(ctx, *p, *sub, r, out); });
+  if (res.Header("Idempotent-Replayed") == "true") {
+    ctx.metrics->Duplicate("stored_response");
+  } else if (res.status == 409) {
+    ctx.metrics->Duplicate("in_flight");
+  }
+}
+
+void GetSaga(ServerContext& ctx, const HttpRequest& req, HttpResponse& res) {
+  const Principal* p = ctx.auth->Authorize(req, res, {kRoleAgent});
+  if (p == nullptr) return;
+  auto rec = OwnedSaga(ctx, *p, req.matches[1], res);
+  if (!rec) return;
+  SendSaga(ctx, res, 200, *rec);
+}
+
+void ListSagas(ServerContext& ctx, const HttpRequest& req, HttpResponse& res) {
+  const Principal* p = ctx.auth->Authorize(req, res, {kRoleAgent});
+  if (p == nullptr) return;
+  storage::SagaFilter f;
+  if (req.HasParam("status")) {
+    std::string s = req.Param("status");
+    if (!ParseSagaState(s)) {
+      return Problem(res, 400, "invalid-request", "Invalid request",
+                     "status: unknown saga state \"" + s + "\"");
+    }
+    f.states.push_back(s);
+  }
+  int limit = kDefaultListLimit;
+  if (req.HasParam("limit")) {
+    std::string l = req.Param("limit");
+    bool digits = !l.empty() && l.size() <= 4 &&
+                  std::all_of(l.begin(), l.end(), [](char c) { return c >= '0' && c <= '9'; });
+    limit = digits ? std::stoi(l) : -1;
+    if (limit < 1 || limit > kMaxListLimit) {
+      return Problem(res, 400, "invalid-request", "Invalid request",
+                     "limit: expected 1.." + std::to_string(kMaxListLimit));
+    }
+  }
+  f.limit = 100'000'000;
+  auto list = ctx.store->ListSagas(f);
+  if (!list.ok()) return ProblemFor(res, list.status());
+  Json sagas = Json::array();
+  for (const auto& s : *list) {
+    if (OwnerOf(s.intent_key) != p->name) continue;
+    sagas.push_back(SummaryView(s));
+    if (static_cast<int>(sagas.size()) >= limit) break;
+  }
+  SendJson(res, 200, {{"sagas", sagas}});
+}
+
+void CancelSaga(ServerContext& ctx, const HttpRequest& req, HttpResponse& res) {
+  const Principal* p = ctx.auth->Authorize(req, res, {kRoleAgent});
+  if (p == nullptr) return;
+  const std::string id = req.matches[1];
+  if (!OwnedSaga(ctx, *p, id, res)) return;
+  // Keep this server's drivers off the saga while the engine settles it (a
+  // saga this server drives now gets the request recorded instead).
+  const bool held = ctx.pool->BeginDrive(id);
+  CancelRequest cr;
+  cr.who = p->name;
+  cr.reason = "cancelled by " + p->name;
+  auto out = ctx.engine->Cancel(id, cr);
+  if (held) ctx.pool->EndDrive(id);
+  if (!out.ok()) {
+    const Status& s = out.status();
+    if (s.code() == Code::kFailedPrecondition) {
+      return Problem(res, 409, "cancel-not-possible", "Cannot cancel", s.message());
+    }
+    if (s.code() == Code::kUnavailable) {
+      res.SetHeader("Retry-After", "1");
+      return Problem(res, 409, "saga-busy", "Saga is being driven", s.message());
+    }
+    return ProblemFor(res, s);
+  }
+  if (out->rollback_pending) {
+    ctx.pool->Enqueue(id);  // the next drive here rolls it back
+    return SendSaga(ctx, res, 202, out->saga);
+  }
+  SendSaga(ctx, res, 200, out->saga);
+}
+
+}  // namespace idem::server

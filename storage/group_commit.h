@@ -1,0 +1,125 @@
+#pragma once
+// GroupCommit: the leader/follower queue both stores write through, so that
+// concurrent writes share one transaction (one fsync, one COMMIT round trip).
+//
+// A caller hands Submit() its pending write (an Item of the store's own
+// type) and waits. Whoever finds no leader at work becomes the leader: it
+// takes up to `max_group` queued items (its own among them, unless the queue
+// is longer than a group), hands them to the store's `write` callback, marks
+// them done and wakes the others. The callback writes the group in one
+// transaction, each item inside its own savepoint (a group of one needs
+// none), and sets each item's own `status`: one item's failure rolls back
+// that item alone, a failure of the transaction itself fails every item of
+// the group. How a backend runs savepoints, retries and unknown COMMIT
+// outcomes is the callback's business; this queue only decides who writes
+// what, and that every caller returns after its item was written.
+// Disabled (`enabled` false), Submit calls `write` with the caller's item
+// alone, on the caller's thread.
+//
+// Item: any type with a `Status status` member, owned by the caller and
+// alive until Submit returns.
+//
+// Thread safety: Submit may be called from many threads at once; `write` runs
+// on one thread at a time when enabled (on each caller's own when disabled).
+//
+// Errors: those `write` sets. An exception from `write` (bad_alloc) sets
+// kInternal on every item of its group and never leaves the queue leaderless.
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/status.h"
+
+namespace idem::storage {
+
+/// Raises `*largest` to `value` if it is smaller (a statistics maximum).
+inline void RaiseToAtLeast(std::atomic<int64_t>& largest, int64_t value) {
+  int64_t seen = largest.load();
+  while (value > seen && !largest.compare_exchange_weak(seen, value)) {
+  }
+}
+
+template <typename Item>
+class GroupCommit {
+ public:
+  /// Writes `group` (one item or several, in queue order) in one
+  /// transaction and sets each item's status.
+  using WriteGroup = std::function<void(const std::vector<Item*>& group)>;
+
+  GroupCommit(bool enabled, int max_group, WriteGroup write)
+      : enabled_(enabled), max_group_(max_group < 1 ? 1 : max_group), write_(std::move(write)) {}
+  GroupCommit(const GroupCommit&) = delete;
+  GroupCommit& operator=(const GroupCommit&) = delete;
+  GroupCommit(GroupCommit&&) = delete;
+  GroupCommit& operator=(GroupCommit&&) = delete;
+
+  /// Writes `item` (alone, or in a group) and returns once its status is set.
+  void Submit(Item* item) {
+    if (!enabled_) {
+      Write({item});
+      return;
+    }
+    Waiter me{item};
+    std::unique_lock<std::mutex> lock(mu_);
+    queue_.push_back(&me);
+    queued_.fetch_add(1);
+    for (;;) {
+      if (me.done) return;
+      if (leader_active_) {
+        cv_.wait(lock);
+        continue;
+      }
+      leader_active_ = true;
+      std::vector<Waiter*> taken;
+      std::vector<Item*> group;
+      while (!queue_.empty() && static_cast<int>(group.size()) < max_group_) {
+        taken.push_back(queue_.front());
+        group.push_back(queue_.front()->item);
+        queue_.pop_front();
+      }
+      queued_.fetch_sub(static_cast<int64_t>(group.size()));
+      lock.unlock();
+      Write(group);
+      lock.lock();
+      for (Waiter* w : taken) w->done = true;
+      leader_active_ = false;
+      cv_.notify_all();
+    }
+  }
+
+  /// Items waiting for a leader now.
+  int64_t Queued() const { return queued_.load(); }
+
+ private:
+  struct Waiter {
+    Item* item;
+    bool done = false;  // GUARDED_BY(mu_)
+  };
+
+  void Write(const std::vector<Item*>& group) {
+    try {
+      write_(group);
+    } catch (const std::exception& e) {  // bad_alloc: the group fails, the queue goes on
+      for (Item* item : group) item->status = Status::Internal("Commit: " + std::string(e.what()));
+    }
+  }
+
+  const bool enabled_;
+  const int max_group_;
+  const WriteGroup write_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Waiter*> queue_;   // GUARDED_BY(mu_)
+  bool leader_active_ = false;  // GUARDED_BY(mu_)
+  std::atomic<int64_t> queued_{0};
+};
+
+}  // namespace idem::storage

@@ -1,0 +1,52 @@
+#include "storage/validate.h"
+
+#include <set>
+
+namespace idem::storage {
+
+std::string Quote(const std::string& s) { return "\"" + s + "\""; }
+
+Status ValidateWriteBatch(const WriteBatch& batch) {
+  if (batch.saga_id.empty()) return Status::InvalidArgument("Commit: saga_id is empty");
+  if (batch.release_lease && batch.fence_epoch == 0) {
+    return Status::InvalidArgument("Commit: release_lease needs the lease's fence_epoch");
+  }
+  auto check_owner = [&](const std::string& id, const char* what, size_t i) -> Status {
+    if (id.empty() || id == batch.saga_id) return Status::Ok();
+    return Status::InvalidArgument("Commit: " + std::string(what) + "[" + std::to_string(i) +
+                                   "]: saga_id " + Quote(id) + " is not the batch's " +
+                                   Quote(batch.saga_id));
+  };
+  for (size_t i = 0; i < batch.steps.size(); ++i) {
+    IDEM_RETURN_IF_ERROR(check_owner(batch.steps[i].saga_id, "steps", i));
+  }
+  for (size_t i = 0; i < batch.journal.size(); ++i) {
+    IDEM_RETURN_IF_ERROR(check_owner(batch.journal[i].saga_id, "journal", i));
+  }
+  for (size_t i = 0; i < batch.effects.size(); ++i) {
+    IDEM_RETURN_IF_ERROR(check_owner(batch.effects[i].saga_id, "effects", i));
+  }
+  return Status::Ok();
+}
+
+Status ValidateNewSaga(const NewSaga& saga) {
+  if (saga.saga_id.empty()) return Status::InvalidArgument("CreateIntent: saga_id is empty");
+  if (saga.intent_key.empty()) return Status::InvalidArgument("CreateIntent: intent_key is empty");
+  std::set<int> indexes;
+  for (size_t i = 0; i < saga.steps.size(); ++i) {
+    if (!indexes.insert(saga.steps[i].index).second) {
+      return Status::InvalidArgument("CreateIntent: steps[" + std::to_string(i) + "]: index " +
+                                     std::to_string(saga.steps[i].index) + " is used twice");
+    }
+  }
+  for (size_t i = 0; i < saga.journal.size(); ++i) {
+    const std::string& id = saga.journal[i].saga_id;
+    if (!id.empty() && id != saga.saga_id) {
+      return Status::InvalidArgument("CreateIntent: journal[" + std::to_string(i) + "]: saga_id " +
+                                     Quote(id) + " is not " + Quote(saga.saga_id));
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace idem::storage
