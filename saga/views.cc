@@ -21,7 +21,8 @@ Json StepView(const storage::StepRecord& st) {
   if (auto phase = preview_commit::PhaseRecord::FromJson(st.phase)) {
     s["preview"] = phase->preview.ToJson();
     s["approval"] = phase->approval ? phase->approval->ToJson() : Json();
-    s["approval_expires_at"] = FormatTimeMs(phase->expires_ms);
+    // A phase without a deadline (none the engine writes) shows no expiry.
+    if (phase->expires_ms > 0) s["approval_expires_at"] = FormatTimeMs(phase->expires_ms);
   }
   return s;
 }
