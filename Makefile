@@ -5,7 +5,8 @@ BUILD ?= build
 ASAN_BUILD ?= build-asan
 CMAKE_FLAGS ?=
 
-.PHONY: all deps build build-asan demo demo-server test test-fast test-asan clean format bench
+.PHONY: all deps build build-asan demo demo-server test test-fast test-asan clean format bench \
+	http-attack
 
 all: build
 
@@ -47,6 +48,12 @@ test-fast: build
 # bench/out/results.json. BENCH_QUICK=1 for a short check that they run.
 bench: build
 	@bash bench/run.sh $(BUILD)
+
+# The attacks of issue 12 at full size against the http/ front (about a
+# minute): /healthz latency and RSS after each (tests/http_attack.cc).
+http-attack: deps $(BUILD)/CMakeCache.txt
+	cmake --build $(BUILD) -j$(JOBS) --target http_attack
+	$(BUILD)/tests/http_attack
 
 format:
 	clang-format -i $$(git ls-files '*.cc' '*.h')

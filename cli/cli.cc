@@ -8,6 +8,7 @@
 #include <mutex>
 #include <sstream>
 
+#include "cli/driver_lock.h"
 #include "preview_commit/token.h"
 #include "saga/engine.h"
 #include "saga/spec.h"
@@ -18,9 +19,8 @@
 #include "tools/http_tool.h"
 
 #include "common/failpoint.h"
-#include <fcntl.h>
+#include "observability/observability.h"
 #include <signal.h>
-#include <sys/file.h>
 #include <unistd.h>
 
 namespace idem::cli {
@@ -49,10 +49,21 @@ int ExitFor(const Status& s) {
   }
 }
 
-int Fail(const Status& s) {
+// The subcommand being run, for the error log.
+std::string g_command;
+
+// One answer for the person (stderr) and one log line for the operator.
+int FailWith(const Status& s, int exit_code) {
   std::cerr << "error: " << s.message() << "\n";
-  return ExitFor(s);
+  observability::Log(observability::LogLevel::kError, "command failed",
+                     {{"command", g_command},
+                      {"code", CodeName(s.code())},
+                      {"error", s.message()},
+                      {"exit", exit_code}});
+  return exit_code;
 }
+
+int Fail(const Status& s) { return FailWith(s, ExitFor(s)); }
 
 int ExitForSagaState(const std::string& state) {
   auto s = ParseSagaState(state);
@@ -157,30 +168,6 @@ void PrintSagaText(const storage::SagaRecord& rec) {
   }
 }
 
-// One process at a time drives the sagas of an embedded journal: `run` and
-// `recover` hold an exclusive lock on "<db>.lock" (released by the kernel
-// when the process dies, SIGKILL included). Without it, a `recover` started
-// beside a live `run` could drive the same step twice. Several processes on
-// one journal is what the PostgreSQL store's leases are for.
-class DriverLock {
- public:
-  ~DriverLock() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  Status Acquire(const std::string& db) {
-    std::string path = db + ".lock";
-    fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-    if (fd_ < 0) return Status::Unavailable(path + ": cannot open the driver lock");
-    if (::flock(fd_, LOCK_EX | LOCK_NB) == 0) return Status::Ok();
-    std::fprintf(stderr, "waiting: another process is driving sagas on %s\n", db.c_str());
-    if (::flock(fd_, LOCK_EX) != 0) return Status::Unavailable(path + ": cannot take the lock");
-    return Status::Ok();
-  }
-
- private:
-  int fd_ = -1;
-};
-
 struct Options {
   std::string db;
   std::string spec_path;
@@ -209,6 +196,21 @@ struct Options {
   bool insecure_no_auth = false;
   int workers = 4;
 };
+
+// What to do when another process drives the journal (DriverLock). A
+// server can take the decision itself; the token is never echoed.
+std::string BusyAdvice(const DriverLock::Holder& holder) {
+  const bool server = holder.command == "serve" || holder.command.empty();
+  const std::string later = "try again when it has stopped";
+  if (server && (g_command == "approve" || g_command == "reject")) {
+    return g_command + " through its server (POST /v1/approvals/TOKEN/" + g_command + ") or " +
+           later;
+  }
+  if (server && g_command == "run") {
+    return "submit through its server (POST /v1/sagas) or " + later;
+  }
+  return later;
+}
 
 std::atomic<bool> g_stop{false};
 extern "C" void OnStopSignal(int) { g_stop.store(true); }
@@ -258,7 +260,7 @@ EngineOptions LiveEngineOptions(bool live, const preview_commit::TokenSigner* si
   // The embedded store has one driving process (DriverLock); PostgreSQL
   // shares sagas between processes through leases.
   eo.use_leases = IsPostgres(g_store_locator);
-  if (live) eo.observer = PrintTimelineLine;
+  eo.observer = observability::WithJournalLog(live ? PrintTimelineLine : nullptr);
   eo.signer = signer;
   return eo;
 }
@@ -578,6 +580,12 @@ int CmdServe(const Options& o, const ToolRegistry& tools, storage::Store* store,
   sigaction(SIGINT, &sa, nullptr);
   Status started = (*srv)->Start();
   if (!started.ok()) return Fail(started);
+  observability::Log(observability::LogLevel::kInfo, "serving",
+                     {{"host", so.host},
+                      {"port", (*srv)->port()},
+                      {"store", so.use_leases ? "postgresql" : "sqlite"},
+                      {"workers", so.workers},
+                      {"callers", so.principals.size()}});
   std::printf("idem server listening on %s:%d (%s, %d workers%s)\n", so.host.c_str(),
               (*srv)->port(), so.use_leases ? "PostgreSQL, leases" : "SQLite, one driver",
               so.workers, so.principals.empty() ? ", NO AUTH" : "");
@@ -602,6 +610,10 @@ int CmdFailpoints() {
 int RunCli(int argc, char** argv, const FrontendConfig& config) {
   CLI::App app{config.description, config.program};
   app.require_subcommand(1);
+  // Global options are accepted after the subcommand too (`run SPEC --db x`):
+  // a subcommand hands the options it does not know to the app. Subcommands
+  // inherit this when they are added, so it is set first.
+  app.fallthrough();
   Options o;
   const char* env_db = std::getenv("IDEM_DB");
   o.db = env_db != nullptr && *env_db != '\0' ? env_db : "idem.db";
@@ -615,6 +627,14 @@ int RunCli(int argc, char** argv, const FrontendConfig& config) {
   app.add_option("--keys", o.keys_path,
                  "commit-token keys (created 0600 on first use; default <db>.keys.json or "
                  "$IDEM_KEYS)");
+  std::string log_format = "text";
+  std::string log_level;
+  app.add_option("--log-format", log_format, "logs on stderr: text (default) or json, a line each")
+      ->check(CLI::IsMember({"text", "json"}));
+  app.add_option("--log-level", log_level,
+                 "trace, debug, info, warn, error, critical or off (default: info for serve "
+                 "and worker, off for the other commands)")
+      ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "critical", "off"}));
   if (config.add_options) config.add_options(app);
 
   auto* validate =
@@ -705,13 +725,27 @@ int RunCli(int argc, char** argv, const FrontendConfig& config) {
       "exit codes: 0 ok/succeeded, 1 internal or store error, 2 bad usage or input,\n"
       "            3 rolled back or failed, 4 needs attention, 5 intent key conflict, 6 not "
       "found,\n"
-      "            7 waiting for approval");
+      "            7 waiting for approval, 8 the journal is driven by another process");
 
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     int rc = app.exit(e);
     return rc == 0 ? kExitOk : kExitUsage;
+  }
+
+  for (const CLI::App* sub : app.get_subcommands()) g_command = sub->get_name();
+  {
+    const bool serves = serve->parsed() || worker->parsed();
+    auto format = observability::ParseLogFormat(log_format);
+    auto level = observability::ParseLogLevel(!log_level.empty() ? log_level
+                                              : serves           ? "info"
+                                                                 : "off");
+    if (!format.ok()) return Fail(format.status());
+    if (!level.ok()) return Fail(level.status());
+    observability::SetUpLogging(*format, *level);
+    observability::Log(observability::LogLevel::kDebug, "command",
+                       {{"command", g_command}, {"pid", ::getpid()}});
   }
 
   Status armed = failpoint::ArmFromEnv();
@@ -747,7 +781,11 @@ int RunCli(int argc, char** argv, const FrontendConfig& config) {
   // The embedded journal has one driving process at a time; PostgreSQL
   // shares the work between processes with leases instead.
   if (drives && !IsPostgres(o.db)) {
-    Status locked = lock.Acquire(o.db);
+    Status locked = lock.Acquire(o.db, g_command);
+    if (locked.code() == Code::kAborted) {
+      return FailWith(Status::Aborted(locked.message() + "; " + BusyAdvice(lock.holder())),
+                      kExitBusy);
+    }
     if (!locked.ok()) return Fail(locked);
   }
   auto store = storage::OpenStore(o.db);

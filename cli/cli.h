@@ -20,13 +20,18 @@
 //   serve [--listen H:P] [--auth F] [--tools F] [--workers N]  the REST API (docs/server.md)
 // Global options: --store (or --db) LOCATOR: a SQLite file or postgresql://...
 // (default $IDEM_STORE, $IDEM_DB or ./idem.db); --keys PATH
-// (commit-token keys, default <db>.keys.json, created with mode 0600).
+// (commit-token keys, default <db>.keys.json, created with mode 0600);
+// --log-format text|json and --log-level L (structured logs on stderr,
+// observability/observability.h). Global options may come before or after
+// the subcommand.
 //
 // Exit codes (kExit*): 0 the command succeeded / the saga succeeded;
 // 1 internal or store error; 2 bad usage or bad input (spec, JSON, flags,
 // IDEM_FAILPOINT); 3 the saga was rolled back or failed; 4 a saga needs
 // attention; 5 the intent key is in use with other content; 6 not found;
-// 7 a saga waits for a person's approval.
+// 7 a saga waits for a person's approval; 8 another process drives the
+// embedded journal (`serve`, `worker`, or a one-shot command that did not
+// finish within cli/driver_lock.h's wait): nothing was done.
 //
 // Thread safety: call once per process, from main().
 
@@ -48,6 +53,7 @@ constexpr int kExitNeedsAttention = 4;
 constexpr int kExitConflict = 5;
 constexpr int kExitNotFound = 6;
 constexpr int kExitAwaitingApproval = 7;
+constexpr int kExitBusy = 8;
 
 /// What the front end tells the embedding program once options are parsed.
 struct Context {

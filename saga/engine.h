@@ -15,9 +15,26 @@
 // Every state change goes through the saga and step machines
 // (saga/machines.h); the engine carries out the commands they emit.
 //
-// Thread safety: Submit, Run and Recover may be called from several threads,
-// but one saga must be driven by one thread at a time (a single process
-// owns its SQLite journal; multi-process ownership comes with leases).
+// Module map (docs/architecture.md): this facade wires the parts. The drive
+// of one saga and the step core are saga/run.h; the saga and forward-step
+// driver saga/drive.h; two-phase steps preview_commit/two_phase.h; rollback
+// compensation/undo.h; lease keeping saga/lease_renewer.h; the worker pool
+// (Work) saga/worker.cc, recovery (Recover, NeedsDrive) saga/recovery.cc, and
+// a person's decisions and requests (Resolve, Decide, Cancel) saga/operator.cc.
+//
+// Thread safety: every method may be called from several threads at once.
+// With leases (EngineOptions::use_leases, the default), every drive holds
+// the saga's lease and every write is fenced on it, so engines in several
+// processes (or threads) may share one store: a saga is driven by one of
+// them at a time, the others get kAborted ("being driven by another
+// worker") or, for a decision, kUnavailable ("busy; try again"). Without
+// leases, the caller guarantees one driver per saga (the CLI holds a file
+// lock on the embedded store).
+//
+// Faults: an exception thrown while a saga is driven (by a tool, an
+// observer, the store) does not escape the worker and recovery threads: the
+// saga is parked needs_attention with the exception's text as the reason,
+// through the journal like any other park, and the drive returns kInternal.
 
 #include <atomic>
 #include <functional>
@@ -27,6 +44,8 @@
 #include <vector>
 
 #include "preview_commit/token.h"
+#include "saga/decisions.h"
+#include "saga/options.h"
 #include "saga/spec.h"
 #include "storage/store.h"
 #include "tools/tool.h"
@@ -35,51 +54,13 @@
 
 namespace idem {
 
-struct EngineOptions {
-  Clock* clock = SystemClock::Get();
-  /// Seeds backoff jitter (per saga: seed ^ hash(saga id)).
-  uint64_t seed = 0x1de3;
-  /// Called after each journal entry commits, from the driving thread.
-  std::function<void(const storage::JournalEntry&)> observer;
-  /// Status lookups tried (with backoff) before an unknown outcome is parked.
-  int lookup_attempts = 5;
-  /// Backoff between status lookups.
-  RetryPolicy lookup_backoff{5, 50, 2'000};
-  /// Mints and checks commit tokens of two-phase steps. Not owned; required
-  /// only by sagas with two-phase steps (kFailedPrecondition without it).
-  const preview_commit::TokenSigner* signer = nullptr;
-  /// Lifetime of the commit token of a two-phase step without approval.
-  int64_t commit_token_ttl_ms = 3'600'000;
-  /// Leases: every drive of a saga holds its lease (renewed in the
-  /// background every lease_ms / 3) and every write is fenced on its epoch.
-  /// `owner` names this engine in the store (default: a fresh id).
-  std::string owner;
-  int64_t lease_ms = 30'000;
-  /// False where one process alone drives the journal (the CLI on the
-  /// embedded store holds a file lock instead): then a lease left by a
-  /// process that died must not delay its recovery, and none is taken.
-  bool use_leases = true;
-  /// When set and true, drives stop between steps (the current step
-  /// finishes) and give their leases back: a worker's graceful shutdown.
-  const std::atomic<bool>* stop = nullptr;
-};
+class LeaseRenewer;
 
 struct WorkerOptions {
   int concurrency = 8;    ///< sagas driven at once
   int64_t poll_ms = 100;  ///< wait between empty claims
   /// Called after each drive (from the driving thread).
   std::function<void(const std::string& saga_id, const Status& status)> on_done;
-};
-
-/// A person's answer to a commit waiting for approval.
-struct ApprovalDecision {
-  bool approve = false;
-  std::string who;   ///< required
-  std::string note;  ///< why; required for a rejection
-  /// When set, the token must be for this saga / step (an API that names
-  /// the step in its path); kFailedPrecondition otherwise.
-  std::string expected_saga_id;
-  std::string expected_step_id;
 };
 
 struct SubmitResult {
@@ -92,25 +73,6 @@ struct RecoveryReport {
   int skipped = 0;  ///< driven by another worker (its lease holds)
   std::vector<std::string> saga_ids;
   std::vector<std::string> errors;  ///< sagas that could not be driven, with why
-};
-
-/// A person's decision about a parked step (`needs_attention`, or
-/// `compensation_failed`), after checking with the provider.
-enum class Decision {
-  kApplied,     ///< the action did take effect (result optional)
-  kNotApplied,  ///< the action did not take effect: the step failed
-  kRetry,       ///< call the action again, with the same key
-  kUndone,      ///< the failed compensation has been carried out by hand
-  kRetryUndo,   ///< run the compensation again, with the same key
-};
-Result<Decision> ParseDecision(const std::string& name);
-
-struct Resolution {
-  std::string step_id;
-  Decision decision = Decision::kNotApplied;
-  Json result = Json::object();  ///< kApplied: what the provider reported
-  std::string who;               ///< required: who decided
-  std::string note;
 };
 
 /// A caller's request to stop a saga and undo what it did.
@@ -133,6 +95,13 @@ class Engine {
  public:
   /// Neither pointer is owned; both must outlive the engine.
   Engine(storage::Store* store, const ToolRegistry* tools, EngineOptions options = {});
+  ~Engine();  ///< stops the lease renewer's thread
+  /// Neither copyable nor movable: it owns the lease renewer's thread, and
+  /// drives in progress refer to it.
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+  Engine(Engine&&) = delete;
+  Engine& operator=(Engine&&) = delete;
 
   /// Records the intent and its saga (pending). The same intent key with the
   /// same spec and input returns the existing saga; with other content,
@@ -142,7 +111,8 @@ class Engine {
 
   /// Drives the saga until it is terminal, parked (needs_attention) or
   /// waiting; returns its final record. A store error stops the drive and is
-  /// returned; the journal then says where to resume.
+  /// returned; the journal then says where to resume. An exception during
+  /// the drive parks the saga and is kInternal (see "Faults" above).
   Result<storage::SagaRecord> Run(const std::string& saga_id);
 
   /// Records a person's decision about a parked step of a saga that needs
@@ -188,6 +158,8 @@ class Engine {
  private:
   /// Run without the read that answers a finished saga without a lease.
   Result<storage::SagaRecord> Drive(const std::string& saga_id);
+  /// Loads the saga and drives it under `lease` (claimed; released on every
+  /// way out). An exception parks the saga (see "Faults").
   Result<storage::SagaRecord> RunLeased(const storage::Lease& lease);
   /// The saga's lease (an unfenced one, epoch 0, without leases).
   Result<storage::Lease> Claim(const std::string& saga_id);
@@ -200,8 +172,8 @@ class Engine {
   /// schema validation is the largest CPU cost of a drive.
   Result<SagaSpec> CachedSpec(const Json& spec);
   struct SpecCache;
-  class LeaseRenewer;
-  /// Cancel requests, and the sagas this engine drives right now.
+  /// Cancel requests, and the sagas this engine drives right now
+  /// (saga/operator.cc).
   struct CancelBook;
   static std::shared_ptr<CancelBook> NewCancelBook();
   /// Registers a drive of `saga_id` for Cancel (waits while a Cancel of it
@@ -228,9 +200,9 @@ class Engine {
   storage::Store* store_;
   const ToolRegistry* tools_;
   EngineOptions options_;
-  std::shared_ptr<SpecCache> spec_cache_;
-  std::shared_ptr<LeaseRenewer> renewer_;
-  std::shared_ptr<CancelBook> cancels_ = NewCancelBook();
+  std::unique_ptr<SpecCache> spec_cache_;
+  std::unique_ptr<LeaseRenewer> renewer_;
+  std::shared_ptr<CancelBook> cancels_;
 };
 
 /// The idempotency key of a step: stable across attempts, processes and

@@ -1,5 +1,6 @@
 #include "saga/views.h"
 
+#include "preview_commit/phase.h"
 #include "saga/states.h"
 
 namespace idem {
@@ -17,12 +18,11 @@ Json StepView(const storage::StepRecord& st) {
             {"error", st.error},
             {"compensation_attempts", st.comp_attempt},
             {"compensation_result", st.comp_result}};
-  if (st.phase.is_object()) {
-    s["preview"] = st.phase.value("preview", Json());
-    s["approval"] = st.phase.value("approval", Json());
-    if (st.phase.contains("expires_ms")) {
-      s["approval_expires_at"] = FormatTimeMs(st.phase.value("expires_ms", int64_t{0}));
-    }
+  if (auto phase = preview_commit::PhaseRecord::FromJson(st.phase)) {
+    s["preview"] = phase->preview.ToJson();
+    s["approval"] = phase->approval ? phase->approval->ToJson() : Json();
+    // A phase without a deadline (none the engine writes) shows no expiry.
+    if (phase->expires_ms > 0) s["approval_expires_at"] = FormatTimeMs(phase->expires_ms);
   }
   return s;
 }
@@ -38,16 +38,15 @@ Json EffectView(const storage::EffectRecord& e) {
 }
 
 std::optional<Json> ApprovalView(const std::string& saga_id, const storage::StepRecord& st) {
-  if (st.state != StepStateName(StepState::kAwaitingApproval) || !st.phase.is_object()) {
-    return std::nullopt;
-  }
+  auto phase = preview_commit::PhaseRecord::FromJson(st.phase);
+  if (st.state != StepStateName(StepState::kAwaitingApproval) || !phase) return std::nullopt;
   return Json{{"saga_id", saga_id},
               {"step", st.step_id},
               {"tool", st.tool},
               {"args", st.args},
-              {"preview", st.phase.value("preview", Json::object())},
-              {"expires_at", FormatTimeMs(st.phase.value("expires_ms", int64_t{0}))},
-              {"token", st.phase.value("token", "")}};
+              {"preview", phase->preview.ToJson()},
+              {"expires_at", FormatTimeMs(phase->expires_ms)},
+              {"token", phase->token}};
 }
 
 }  // namespace idem

@@ -3,7 +3,6 @@
 
 #include <atomic>
 #include <chrono>
-#include <filesystem>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -14,25 +13,17 @@
 #include "saga/engine.h"
 #include "saga/spec.h"
 #include "storage/store.h"
+#include "tests/test_util.h"
 
 #include "common/clock.h"
 
 namespace idem {
 namespace {
 
-namespace fs = std::filesystem;
-
 class CancelTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("idem_cancel_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-    auto s = storage::OpenStore((dir_ / "journal.db").string());
-    ASSERT_TRUE(s.ok()) << s.status().ToString();
-    store_ = std::move(s).value();
+    ASSERT_OK_AND_ASSIGN(store_, storage::OpenStore(dir_.File("journal.db")));
     AddTool("a.do", EffectClass::kWrite, true, [](const ToolCall& c) {
       return ToolOutcome::Succeeded({{"ref", "a:" + c.key}});
     });
@@ -67,10 +58,7 @@ class CancelTest : public ::testing::Test {
     ASSERT_TRUE(
         tools_.Register(std::make_unique<FunctionTool>(pay, invoke, nullptr, preview)).ok());
   }
-  void TearDown() override {
-    release_ = true;
-    fs::remove_all(dir_);
-  }
+  void TearDown() override { release_ = true; }
 
   void AddTool(const std::string& name, EffectClass c, bool honours_keys,
                FunctionTool::InvokeFn invoke) {
@@ -131,7 +119,7 @@ class CancelTest : public ::testing::Test {
 
   static CancelRequest By(const std::string& who) { return CancelRequest{who, ""}; }
 
-  fs::path dir_;
+  test::TempDir dir_{"idem_cancel"};
   std::unique_ptr<storage::Store> store_;
   ToolRegistry tools_;
   ManualClock clock_;

@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include "tests/test_util.h"
+
 #include "common/clock.h"
 #include "common/failpoint.h"
 #include "common/json_util.h"
@@ -18,7 +20,7 @@ TEST(StatusTest, CarriesCodeAndMessage) {
 
 TEST(ResultTest, HoldsValueOrError) {
   Result<int> v = 7;
-  ASSERT_TRUE(v.ok());
+  ASSERT_OK(v);
   EXPECT_EQ(*v, 7);
   Result<int> e = Status::NotFound("saga x");
   EXPECT_FALSE(e.ok());
@@ -53,7 +55,7 @@ TEST(ParseJsonTest, RefusesDeepNestingBeforeParsing) {
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("nested deeper than 64"), std::string::npos);
   std::string ok = std::string(64, '[') + std::string(64, ']');
-  EXPECT_TRUE(ParseJson(ok, "body").ok());
+  EXPECT_OK(ParseJson(ok, "body"));
   // Brackets inside strings do not count.
   EXPECT_TRUE(ParseJson("\"" + std::string(200, '[') + "\"", "body").ok());
 }

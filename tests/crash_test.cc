@@ -42,6 +42,7 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <string>
@@ -52,6 +53,7 @@
 #include <sqlite3.h>
 
 #include "cli/cli.h"
+#include "tests/test_util.h"
 
 #include "common/json_util.h"
 #include <fcntl.h>
@@ -165,13 +167,6 @@ struct ProcessExit {
 };
 
 std::ostream& operator<<(std::ostream& os, const ProcessExit& e) { return os << e.Describe(); }
-
-std::string ReadText(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 /// The inherited environment without the variables that would change what
 /// travel-booking does, plus IDEM_FAILPOINT when `failpoint` is not empty.
@@ -955,30 +950,25 @@ int JournalCount(const Json& saga, const std::string& step, const std::string& e
 class CrashTest : public testing::Test {
  protected:
   void SetUp() override {
-    static std::atomic<int> counter{0};
     const auto* info = testing::UnitTest::GetInstance()->current_test_info();
     std::string name = std::string(info->test_suite_name()) + "." + info->name();
     for (char& ch : name) {
       if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
     }
-    dir_ = fs::temp_directory_path() / ("idem_crash_" + name + "_" + std::to_string(getpid()) +
-                                        "_" + std::to_string(counter++));
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
+    tmp_.emplace("idem_crash_" + name);
+    dir_ = tmp_->path();
     db_ = dir_ / "trip.db";
     ledger_ = dir_ / "trip.db.ledger.sqlite";  // travel-booking's default: <db>.ledger.sqlite
   }
 
   void TearDown() override {
     if (HasFailure()) {
+      tmp_->Keep();
       std::cout << "temp dir kept: " << dir_ << "\n";
       for (const auto& p : logs_) {
-        std::cout << "==== " << p.filename().string() << "\n" << ReadText(p);
+        std::cout << "==== " << p.filename().string() << "\n" << test::ReadFile(p);
       }
-      return;
     }
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
   }
 
   /// A travel-booking process started by Start.
@@ -1017,7 +1007,7 @@ class CrashTest : public testing::Test {
   static ProcessExit Finish(const Started& s) {
     ProcessExit e = WaitChild(s.child);
     e.command = s.command;
-    e.output = ReadText(s.log);
+    e.output = test::ReadFile(s.log);
     {
       std::ofstream(s.log, std::ios::app)
           << "["
@@ -1133,9 +1123,9 @@ class CrashTest : public testing::Test {
       *error = e.Describe();
       return false;
     }
-    *out = Json::parse(ReadText(json), nullptr, /*allow_exceptions=*/false);
+    *out = Json::parse(test::ReadFile(json), nullptr, /*allow_exceptions=*/false);
     if (out->is_discarded()) {
-      *error = "`" + e.command + "` printed no valid JSON: " + ReadText(json);
+      *error = "`" + e.command + "` printed no valid JSON: " + test::ReadFile(json);
       return false;
     }
     return true;
@@ -1210,6 +1200,7 @@ class CrashTest : public testing::Test {
     return true;
   }
 
+  std::optional<test::TempDir> tmp_;  ///< removed when the test passed
   fs::path dir_;
   fs::path db_;
   fs::path ledger_;

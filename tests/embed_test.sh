@@ -32,6 +32,21 @@ cmake --install "$build_dir" --prefix "$work/prefix" >"$work/install.log" ||
 [[ -f "$work/prefix/lib/cmake/idem/idemConfig.cmake" ]] || fail "no idemConfig.cmake installed"
 [[ -f "$work/prefix/include/saga/engine.h" ]] || fail "no saga/engine.h installed"
 
+echo "== only the public API is installed, and it stands alone"
+# Internal headers of the drivers, the machines and the stores stay in the
+# source tree.
+for internal in saga/run.h saga/drive.h saga/machines.h saga/msm_config.h saga/states.h \
+  compensation/undo.h preview_commit/two_phase.h storage/validate.h server/context.h; do
+  [[ ! -e "$work/prefix/include/$internal" ]] || fail "internal header $internal is installed"
+done
+# Each installed header compiles on its own against the prefix: the set is
+# closed (nothing it includes is missing) and each is self-contained.
+while IFS= read -r -d '' header; do
+  rel=${header#"$work/prefix/include/"}
+  echo "#include \"$rel\"" | g++ -std=c++17 -fsyntax-only -x c++ -I "$work/prefix/include" - \
+    2>"$work/header.log" || { cat "$work/header.log" >&2; fail "installed $rel does not compile alone"; }
+done < <(find "$work/prefix/include" -name '*.h' -print0)
+
 echo "== configure and build examples/embed against the prefix"
 launcher=()
 if command -v ccache >/dev/null; then launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache); fi

@@ -15,6 +15,7 @@
 #include "compensation/rollback.h"
 #include "saga/spec.h"
 #include "storage/store.h"
+#include "tests/test_util.h"
 
 #include "common/clock.h"
 
@@ -160,13 +161,8 @@ class TransactionLog : public storage::Store {
 class EngineTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("idem_engine_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-    auto s = storage::OpenStore((dir_ / "journal.db").string());
-    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    auto s = storage::OpenStore(dir_.File("journal.db"));
+    ASSERT_OK(s);
     store_ = std::move(s).value();
     Add("a.do", EffectClass::kWrite, true, true);
     Add("a.undo", EffectClass::kIdempotent, true, false);
@@ -187,8 +183,6 @@ class EngineTest : public ::testing::Test {
                                        true, true))
                     .ok());
   }
-  void TearDown() override { fs::remove_all(dir_); }
-
   void Add(const std::string& name, EffectClass c, bool keys, bool status) {
     ASSERT_TRUE(tools_.Register(MakeTool(&provider_, name, c, keys, status)).ok());
   }
@@ -224,7 +218,7 @@ class EngineTest : public ::testing::Test {
            {"args", {{"n", 3}}},
            {"compensate", {{"tool", "c.undo"}, {"args", Json::object()}}}}}}};
     auto spec = ParseSpec(doc, tools_);
-    EXPECT_TRUE(spec.ok()) << spec.status().ToString();
+    EXPECT_OK(spec);
     return *spec;
   }
 
@@ -244,9 +238,9 @@ class EngineTest : public ::testing::Test {
   storage::SagaRecord SubmitAndRun(const SagaSpec& spec, const std::string& key = "intent-1") {
     Engine e = MakeEngine();
     auto sub = e.Submit(spec, {{"who", "ana"}}, key);
-    EXPECT_TRUE(sub.ok()) << sub.status().ToString();
+    EXPECT_OK(sub);
     auto rec = e.Run(sub->saga_id);
-    EXPECT_TRUE(rec.ok()) << rec.status().ToString();
+    EXPECT_OK(rec);
     return *rec;
   }
 
@@ -257,7 +251,7 @@ class EngineTest : public ::testing::Test {
       const std::string& saga_id, const std::string& state, const std::string& reason = "",
       Json second_args = Json()) {
     auto rec = store_->LoadSaga(saga_id);
-    EXPECT_TRUE(rec.ok()) << rec.status().ToString();
+    EXPECT_OK(rec);
     storage::WriteBatch b;
     b.saga_id = saga_id;
     b.saga_state = state;
@@ -274,14 +268,14 @@ class EngineTest : public ::testing::Test {
     second.args = std::move(second_args);
     b.steps = {first, second};
     Status s = store_->Commit(b);
-    EXPECT_TRUE(s.ok()) << s.ToString();
+    EXPECT_OK(s);
     return {first, second};
   }
 
   int Applied(const std::string& key) { return provider_.applied[key]; }
   int Calls(const std::string& key) { return provider_.calls[key]; }
 
-  fs::path dir_;
+  test::TempDir dir_{"idem_engine"};
   std::unique_ptr<storage::Store> store_;
   ToolRegistry tools_;
   Provider provider_;
@@ -297,7 +291,7 @@ class EngineTest : public ::testing::Test {
 TEST_F(EngineTest, OutcomesOfKeyedStepsShareTheNextSubmittedTransaction) {
   TransactionLog log(store_.get());
   auto rec = RunLogged(&log, Spec());
-  ASSERT_TRUE(rec.ok()) << rec.status().ToString();
+  ASSERT_OK(rec);
   EXPECT_EQ(rec->summary.state, "succeeded");
   const std::vector<std::vector<std::string>> want = {{"intent"},
                                                       {":saga_started", "first:submitted"},
@@ -312,7 +306,7 @@ TEST_F(EngineTest, OutcomesOfKeyedStepsShareTheNextSubmittedTransaction) {
 TEST_F(EngineTest, LeasedDriveGivesItsLeaseUpWithItsLastWrite) {
   TransactionLog log(store_.get());
   auto rec = RunLogged(&log, Spec(), /*use_leases=*/true);
-  ASSERT_TRUE(rec.ok()) << rec.status().ToString();
+  ASSERT_OK(rec);
   EXPECT_EQ(rec->summary.state, "succeeded");
   EXPECT_TRUE(log.last_commit_released);
   EXPECT_EQ(log.releases, 0);
@@ -327,7 +321,7 @@ TEST_F(EngineTest, LeasedDriveGivesItsLeaseUpWithItsLastWrite) {
 TEST_F(EngineTest, OutcomeOfAToolWithoutKeysOrStatusIsCommittedAtOnce) {
   TransactionLog log(store_.get());
   auto rec = RunLogged(&log, Spec("neither.do"));
-  ASSERT_TRUE(rec.ok()) << rec.status().ToString();
+  ASSERT_OK(rec);
   EXPECT_EQ(rec->summary.state, "succeeded");
   const std::vector<std::string> alone = {"second:succeeded"};
   EXPECT_NE(std::find(log.commits.begin(), log.commits.end(), alone), log.commits.end())
@@ -346,11 +340,11 @@ TEST_F(EngineTest, AStoppedDriveFlushesTheOutcomeItStaged) {
   };
   Engine e(store_.get(), &tools_, o);
   auto sub = e.Submit(Spec(), {{"who", "ana"}}, "intent-1");
-  ASSERT_TRUE(sub.ok()) << sub.status().ToString();
+  ASSERT_OK(sub);
   auto rec = e.Run(sub->saga_id);
   EXPECT_EQ(rec.status().code(), Code::kAborted) << rec.status().ToString();
   auto stored = store_->LoadSaga(sub->saga_id);
-  ASSERT_TRUE(stored.ok());
+  ASSERT_OK(stored);
   EXPECT_EQ(stored->steps[0].state, "succeeded");
   EXPECT_EQ(stored->steps[1].state, "planned");
   EXPECT_EQ(Calls(stored->steps[0].step_key), 1);
@@ -368,11 +362,11 @@ TEST_F(EngineTest, HappyPathRunsEveryStepOnceWithResolvedArguments) {
   EXPECT_EQ(rec.steps[0].args["who"], "ana");
   EXPECT_EQ(rec.steps[1].args["after"], "a.do:" + rec.steps[0].step_key);
   auto effects = store_->ListEffects(rec.summary.saga_id);
-  ASSERT_TRUE(effects.ok());
+  ASSERT_OK(effects);
   ASSERT_EQ(effects->size(), 3u);
   // Journal-first: every step's `submitted` precedes its outcome.
   auto journal = store_->ReadJournal(rec.summary.saga_id);
-  ASSERT_TRUE(journal.ok());
+  ASSERT_OK(journal);
   std::vector<std::string> seen;
   for (const auto& e : *journal) seen.push_back(e.step_id + ":" + e.event);
   std::vector<std::string> want = {":saga_created",   ":saga_started",    "first:submitted",
@@ -386,7 +380,7 @@ TEST_F(EngineTest, RunningAFinishedSagaAgainCallsNothing) {
   size_t calls = provider_.order.size();
   Engine e = MakeEngine();
   auto again = e.Run(rec.summary.saga_id);
-  ASSERT_TRUE(again.ok());
+  ASSERT_OK(again);
   EXPECT_EQ(again->summary.state, "succeeded");
   EXPECT_EQ(provider_.order.size(), calls);
 }
@@ -404,7 +398,7 @@ TEST_F(EngineTest, SubmitIsIdempotentPerIntentKey) {
   ASSERT_FALSE(c.ok());
   EXPECT_EQ(c.status().code(), Code::kConflict);
   auto all = store_->ListSagas({});
-  ASSERT_TRUE(all.ok());
+  ASSERT_OK(all);
   EXPECT_EQ(all->size(), 1u);
   EXPECT_EQ(e.Submit(spec, {{"who", "ana"}}, "").status().code(), Code::kInvalidArgument);
 }
@@ -468,7 +462,7 @@ TEST_F(EngineTest, UnknownOutcomeResolvedByStatusLookupWithoutRecall) {
   EXPECT_EQ(Calls(rec.steps[1].step_key), 1);
   EXPECT_EQ(Applied(rec.steps[1].step_key), 1);
   auto journal = store_->ReadJournal(rec.summary.saga_id);
-  ASSERT_TRUE(journal.ok());
+  ASSERT_OK(journal);
   bool resolved = false;
   for (const auto& e : *journal) {
     if (e.step_id == "second" && e.event == "succeeded") {
@@ -500,7 +494,7 @@ TEST_F(EngineTest, UnknownOutcomeWithoutKeysOrStatusParksWithZeroBlindRetries) {
   // Recovery leaves a parked saga alone.
   Engine e = MakeEngine();
   auto report = e.Recover();
-  ASSERT_TRUE(report.ok());
+  ASSERT_OK(report);
   EXPECT_EQ(report->resumed, 0);
 }
 
@@ -558,17 +552,17 @@ TEST_F(EngineTest, RecoveryResolvesASubmittedStepThroughStatusWithoutRecall) {
   Engine e = MakeEngine();
   SagaSpec spec = Spec("status_only.do");
   auto sub = e.Submit(spec, {{"who", "ana"}}, "crash-1");
-  ASSERT_TRUE(sub.ok());
+  ASSERT_OK(sub);
   auto [first, second] = LeaveSecondSubmitted(
       sub->saga_id, "running", "", {{"after", "a.do:" + StepKey(sub->saga_id, "first")}});
   provider_.applied[second.step_key] = 1;  // applied, answer lost in the crash
 
   auto report = e.Recover();
-  ASSERT_TRUE(report.ok());
+  ASSERT_OK(report);
   EXPECT_EQ(report->resumed, 1);
   EXPECT_TRUE(report->errors.empty());
   auto after = store_->LoadSaga(sub->saga_id);
-  ASSERT_TRUE(after.ok());
+  ASSERT_OK(after);
   EXPECT_EQ(after->summary.state, "succeeded");
   EXPECT_EQ(Calls(second.step_key), 0) << "resolved by lookup, never re-called";
   EXPECT_EQ(Applied(second.step_key), 1);
@@ -580,11 +574,11 @@ TEST_F(EngineTest, NullCompensationWhenTheUncertainActionNeverHappened) {
   Engine e = MakeEngine();
   SagaSpec spec = Spec("status_only.do");
   auto sub = e.Submit(spec, {{"who", "ana"}}, "null-1");
-  ASSERT_TRUE(sub.ok());
+  ASSERT_OK(sub);
   auto [first, second] = LeaveSecondSubmitted(sub->saga_id, "compensating", "cancelled");
 
   auto run = e.Run(sub->saga_id);
-  ASSERT_TRUE(run.ok()) << run.status().ToString();
+  ASSERT_OK(run);
   EXPECT_EQ(run->summary.state, "compensated");
   EXPECT_EQ(run->steps[1].state, "failed");
   EXPECT_EQ(Calls(compensation::CompensationKey(second.step_key)), 0);
@@ -603,7 +597,7 @@ TEST_F(EngineTest, UnresolvedTemplateFailsTheStepBeforeAnyCall) {
                  {"args", {{"who", "${input.missing}"}}},
                  {"compensate", {{"tool", "a.undo"}}}}}}};
   auto spec = ParseSpec(doc, tools_);
-  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  ASSERT_OK(spec);
   auto rec = SubmitAndRun(*spec);
   EXPECT_EQ(rec.summary.state, "failed");
   EXPECT_NE(rec.steps[0].error.find("input.missing"), std::string::npos) << rec.steps[0].error;
@@ -622,12 +616,12 @@ TEST_F(EngineTest, OperatorResolvesAParkedStepAsAppliedAndTheSagaGoesOn) {
   r.who = "maria";
   r.note = "provider confirmed by phone";
   auto rec = e.Resolve(parked.summary.saga_id, r);
-  ASSERT_TRUE(rec.ok()) << rec.status().ToString();
+  ASSERT_OK(rec);
   EXPECT_EQ(rec->summary.state, "succeeded");
   EXPECT_EQ(rec->steps[1].result["ref"], "checked-by-phone");
   EXPECT_EQ(Calls(rec->steps[1].step_key), 1) << "no call after a person's word";
   auto journal = store_->ReadJournal(rec->summary.saga_id);
-  ASSERT_TRUE(journal.ok());
+  ASSERT_OK(journal);
   bool recorded = false;
   for (const auto& j : *journal) {
     if (j.event == "operator_resolved") {
@@ -645,7 +639,7 @@ TEST_F(EngineTest, OperatorSaysNotAppliedAndTheSagaRollsBack) {
   Engine e = MakeEngine();
   Resolution r{"second", Decision::kNotApplied, Json::object(), "maria", "no booking found"};
   auto rec = e.Resolve(parked.summary.saga_id, r);
-  ASSERT_TRUE(rec.ok()) << rec.status().ToString();
+  ASSERT_OK(rec);
   EXPECT_EQ(rec->summary.state, "compensated");
   EXPECT_EQ(rec->steps[1].state, "failed");
   EXPECT_EQ(Applied(compensation::CompensationKey(rec->steps[0].step_key)), 1);
@@ -658,7 +652,7 @@ TEST_F(EngineTest, OperatorRetryCallsAgainWithTheSameKey) {
   Engine e = MakeEngine();
   Resolution r{"second", Decision::kRetry, Json::object(), "maria", ""};
   auto rec = e.Resolve(parked.summary.saga_id, r);
-  ASSERT_TRUE(rec.ok()) << rec.status().ToString();
+  ASSERT_OK(rec);
   EXPECT_EQ(rec->summary.state, "succeeded");
   EXPECT_EQ(rec->steps[1].attempt, 2);
   EXPECT_EQ(Calls(rec->steps[1].step_key), 2);
@@ -673,7 +667,7 @@ TEST_F(EngineTest, OperatorRetriesAFailedCompensation) {
   Engine e = MakeEngine();
   Resolution r{"second", Decision::kRetryUndo, Json::object(), "ops", "provider is back"};
   auto rec = e.Resolve(parked.summary.saga_id, r);
-  ASSERT_TRUE(rec.ok()) << rec.status().ToString();
+  ASSERT_OK(rec);
   EXPECT_EQ(rec->summary.state, "compensated");
   EXPECT_EQ(Applied(compensation::CompensationKey(rec->steps[1].step_key)), 1);
   EXPECT_EQ(Applied(compensation::CompensationKey(rec->steps[0].step_key)), 1);
@@ -696,7 +690,7 @@ TEST_F(EngineTest, ResolveRefusesWhatDoesNotFit) {
   Resolution missing{"nope", Decision::kApplied, Json::object(), "maria", ""};
   EXPECT_EQ(e.Resolve(parked.summary.saga_id, missing).status().code(), Code::kNotFound);
   auto still = store_->LoadSaga(parked.summary.saga_id);
-  ASSERT_TRUE(still.ok());
+  ASSERT_OK(still);
   EXPECT_EQ(still->summary.state, "needs_attention") << "refusals write nothing";
 }
 
@@ -706,11 +700,11 @@ TEST_F(EngineTest, TakenOverStepOfAToolWithoutKeysIsParkedNotResent) {
   Engine e = MakeEngine(/*use_leases=*/true);
   SagaSpec spec = Spec("status_only.do");
   auto sub = e.Submit(spec, {{"who", "ana"}}, "takeover-1");
-  ASSERT_TRUE(sub.ok());
+  ASSERT_OK(sub);
   // The other worker's call of "second" may still land.
   auto [first, second] = LeaveSecondSubmitted(sub->saga_id, "running");
   auto out = e.Run(sub->saga_id);
-  ASSERT_TRUE(out.ok()) << out.status().ToString();
+  ASSERT_OK(out);
   EXPECT_EQ(out->summary.state, "needs_attention");
   EXPECT_NE(out->steps[1].error.find("does not deduplicate keys"), std::string::npos)
       << out->steps[1].error;
@@ -721,11 +715,11 @@ TEST_F(EngineTest, TakenOverStepOfAKeyedToolIsResentUnderItsKey) {
   Engine e = MakeEngine(/*use_leases=*/true);
   SagaSpec spec = Spec();  // b.do honours keys and has a status lookup
   auto sub = e.Submit(spec, {{"who", "ana"}}, "takeover-2");
-  ASSERT_TRUE(sub.ok());
+  ASSERT_OK(sub);
   auto [first, second] = LeaveSecondSubmitted(
       sub->saga_id, "running", "", {{"after", "a.do:" + StepKey(sub->saga_id, "first")}});
   auto out = e.Run(sub->saga_id);
-  ASSERT_TRUE(out.ok()) << out.status().ToString();
+  ASSERT_OK(out);
   EXPECT_EQ(out->summary.state, "succeeded");
   EXPECT_EQ(Applied(second.step_key), 1) << "a late first call would be deduplicated";
 }
@@ -733,9 +727,9 @@ TEST_F(EngineTest, TakenOverStepOfAKeyedToolIsResentUnderItsKey) {
 TEST_F(EngineTest, ALeaseHeldByAnotherWorkerKeepsTheSagaFromThisOne) {
   Engine e = MakeEngine(/*use_leases=*/true);
   auto sub = e.Submit(Spec(), {{"who", "ana"}}, "held-1");
-  ASSERT_TRUE(sub.ok());
+  ASSERT_OK(sub);
   auto held = store_->ClaimSaga(sub->saga_id, "other-worker", 60'000);
-  ASSERT_TRUE(held.ok()) << held.status().ToString();
+  ASSERT_OK(held);
   auto out = e.Run(sub->saga_id);
   ASSERT_FALSE(out.ok());
   EXPECT_EQ(out.status().code(), Code::kAborted);
@@ -762,7 +756,7 @@ class TwoPhaseTest : public EngineTest {
                    {"compensate", {{"tool", "a.undo"}}}},
                   pay}}};
     auto spec = ParseSpec(doc, tools_);
-    EXPECT_TRUE(spec.ok()) << spec.status().ToString();
+    EXPECT_OK(spec);
     return *spec;
   }
   std::string TokenOf(const storage::SagaRecord& rec) { return rec.steps[1].phase["token"]; }
@@ -798,13 +792,13 @@ TEST_F(TwoPhaseTest, HumanApprovalWaitsWithoutCallingThenCommitsOnce) {
   // Another "process": a fresh engine on the same journal.
   Engine other = MakeEngine();
   auto done = other.Decide(TokenOf(waiting), Approve());
-  ASSERT_TRUE(done.ok()) << done.status().ToString();
+  ASSERT_OK(done);
   EXPECT_EQ(done->summary.state, "succeeded");
   EXPECT_EQ(PayCalls(*done), 1);
   EXPECT_EQ(Applied(done->steps[1].step_key), 1);
   EXPECT_EQ(done->steps[1].phase["approval"]["by"], "maria");
   auto journal = store_->ReadJournal(done->summary.saga_id);
-  ASSERT_TRUE(journal.ok());
+  ASSERT_OK(journal);
   bool recorded = false;
   for (const auto& e : *journal) {
     if (e.event == "approved")
@@ -814,7 +808,7 @@ TEST_F(TwoPhaseTest, HumanApprovalWaitsWithoutCallingThenCommitsOnce) {
 
   // A replay after the commit returns the recorded result, no second effect.
   auto replay = other.Decide(TokenOf(waiting), Approve());
-  ASSERT_TRUE(replay.ok()) << replay.status().ToString();
+  ASSERT_OK(replay);
   EXPECT_EQ(replay->summary.state, "succeeded");
   EXPECT_EQ(replay->steps[1].result, done->steps[1].result);
   EXPECT_EQ(PayCalls(*done), 1);
@@ -830,7 +824,7 @@ TEST_F(TwoPhaseTest, RejectionRollsBackWithoutCalling) {
       << "a rejection needs a reason";
   d.note = "too expensive";
   auto rec = other.Decide(TokenOf(waiting), d);
-  ASSERT_TRUE(rec.ok()) << rec.status().ToString();
+  ASSERT_OK(rec);
   EXPECT_EQ(rec->summary.state, "compensated");
   EXPECT_EQ(rec->steps[1].state, "failed");
   EXPECT_NE(rec->steps[1].error.find("rejected by maria: too expensive"), std::string::npos);
@@ -845,16 +839,16 @@ TEST_F(TwoPhaseTest, ExpiredApprovalIsRefusedThenRolledBackByRecovery) {
   ASSERT_EQ(waiting.summary.state, "awaiting_approval");
   Engine e = MakeEngine();
   clock_.AdvanceMs(15 * 60 * 1000 - 1000);  // exp - 1 s: a recovery pass changes nothing
-  ASSERT_TRUE(e.Recover().ok());
+  ASSERT_OK(e.Recover());
   EXPECT_EQ(store_->LoadSaga(waiting.summary.saga_id)->summary.state, "awaiting_approval");
   clock_.AdvanceMs(2000);  // exp + 1 s
   auto late = e.Decide(TokenOf(waiting), Approve());
   ASSERT_FALSE(late.ok());
   EXPECT_EQ(late.status().message(), preview_commit::kExpiredTokenMessage);
   EXPECT_EQ(PayCalls(waiting), 0);
-  ASSERT_TRUE(e.Recover().ok());
+  ASSERT_OK(e.Recover());
   auto rec = store_->LoadSaga(waiting.summary.saga_id);
-  ASSERT_TRUE(rec.ok());
+  ASSERT_OK(rec);
   EXPECT_EQ(rec->summary.state, "compensated");
   EXPECT_NE(rec->steps[1].error.find("approval expired"), std::string::npos);
   EXPECT_EQ(PayCalls(*rec), 0);
@@ -866,16 +860,16 @@ TEST_F(TwoPhaseTest, ExpiredApprovalCanPreviewAgain) {
   ASSERT_EQ(waiting.summary.state, "awaiting_approval");
   clock_.AdvanceMs(61'000);
   Engine e = MakeEngine();
-  ASSERT_TRUE(e.Recover().ok());
+  ASSERT_OK(e.Recover());
   auto again = store_->LoadSaga(waiting.summary.saga_id);
-  ASSERT_TRUE(again.ok());
+  ASSERT_OK(again);
   EXPECT_EQ(again->summary.state, "awaiting_approval");
   EXPECT_EQ(provider_.previews["pay.charge"], 2);
   EXPECT_NE(TokenOf(*again), TokenOf(waiting));
   auto old = e.Decide(TokenOf(waiting), Approve());
   EXPECT_FALSE(old.ok()) << "the first token expired";
   auto done = e.Decide(TokenOf(*again), Approve());
-  ASSERT_TRUE(done.ok()) << done.status().ToString();
+  ASSERT_OK(done);
   EXPECT_EQ(done->summary.state, "succeeded");
   EXPECT_EQ(PayCalls(*done), 1);
 }
@@ -895,7 +889,7 @@ TEST_F(TwoPhaseTest, ForgedTokensAreRefusedUniformlyAndChangeNothing) {
   preview_commit::TokenSigner other_signer(&other_keys, &clock_);
   auto forged = other_signer.Mint(waiting.summary.saga_id, "pay",
                                   waiting.steps[1].phase["args_fingerprint"], 60'000);
-  ASSERT_TRUE(forged.ok());
+  ASSERT_OK(forged);
   bad.push_back(*forged);
   for (const std::string& t : bad) {
     auto r = e.Decide(t, Approve());
@@ -903,7 +897,7 @@ TEST_F(TwoPhaseTest, ForgedTokensAreRefusedUniformlyAndChangeNothing) {
     EXPECT_EQ(r.status().message(), preview_commit::kInvalidTokenMessage) << t;
   }
   auto rec = store_->LoadSaga(waiting.summary.saga_id);
-  ASSERT_TRUE(rec.ok());
+  ASSERT_OK(rec);
   EXPECT_EQ(rec->summary.state, "awaiting_approval");
   EXPECT_TRUE(rec->steps[1].phase["approval"].is_null());
   EXPECT_EQ(PayCalls(*rec), 0);
@@ -923,13 +917,13 @@ TEST_F(TwoPhaseTest, TokenOutsideItsBindingIsRefused) {
             preview_commit::kMismatchedTokenMessage);
   // Arguments changed after the preview.
   auto rec = store_->LoadSaga(a.summary.saga_id);
-  ASSERT_TRUE(rec.ok());
+  ASSERT_OK(rec);
   storage::WriteBatch w;
   w.saga_id = a.summary.saga_id;
   auto step = rec->steps[1];
   step.args["amount"] = 999;
   w.steps = {step};
-  ASSERT_TRUE(store_->Commit(w).ok());
+  ASSERT_OK(store_->Commit(w));
   EXPECT_EQ(e.Decide(TokenOf(a), Approve()).status().message(),
             preview_commit::kMismatchedTokenMessage);
   EXPECT_EQ(PayCalls(a) + PayCalls(b), 0);
@@ -940,14 +934,14 @@ TEST_F(TwoPhaseTest, StaleCommitPreviewsAgainAndAsksThePersonAgain) {
   auto waiting = SubmitAndRun(PaySpec({{"approval", "human"}}));
   Engine e = MakeEngine();
   auto after = e.Decide(TokenOf(waiting), Approve());
-  ASSERT_TRUE(after.ok()) << after.status().ToString();
+  ASSERT_OK(after);
   EXPECT_EQ(after->summary.state, "awaiting_approval") << "never a blind commit";
   EXPECT_EQ(Applied(after->steps[1].step_key), 0);
   EXPECT_EQ(after->steps[1].phase["preview"]["resource_version"], "v1");
   EXPECT_NE(e.Decide(TokenOf(waiting), Approve()).status().message().find("superseded"),
             std::string::npos);
   auto done = e.Decide(TokenOf(*after), Approve());
-  ASSERT_TRUE(done.ok()) << done.status().ToString();
+  ASSERT_OK(done);
   EXPECT_EQ(done->summary.state, "succeeded");
   EXPECT_EQ(Applied(done->steps[1].step_key), 1);
 }
@@ -977,7 +971,7 @@ TEST_F(TwoPhaseTest, TwoProcessesApprovingAtOnceMakeOneEffect) {
   for (auto& t : threads) t.join();
   EXPECT_GE(ok.load(), 1);
   auto rec = store_->LoadSaga(waiting.summary.saga_id);
-  ASSERT_TRUE(rec.ok());
+  ASSERT_OK(rec);
   EXPECT_EQ(rec->summary.state, "succeeded");
   EXPECT_EQ(Applied(rec->steps[1].step_key), 1);
   EXPECT_EQ(PayCalls(*rec), 1) << "the token was spent once";
@@ -992,7 +986,7 @@ TEST_F(TwoPhaseTest, IrreversibleToolWithAPreviewIsAlwaysTwoPhase) {
                  {"compensate", nullptr},
                  {"reason", "a sent email cannot be unsent"}}}}};
   auto spec = ParseSpec(doc, tools_);
-  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  ASSERT_OK(spec);
   EXPECT_TRUE(spec->steps[0].two_phase);
   auto rec = SubmitAndRun(*spec);
   EXPECT_EQ(rec.summary.state, "succeeded");

@@ -20,6 +20,7 @@
 #include "saga/engine.h"
 #include "saga/spec.h"
 #include "storage/store.h"
+#include "tests/test_util.h"
 #include "tools/http_tool.h"
 
 #include "common/clock.h"
@@ -60,18 +61,10 @@ Json TripSpec() {
 
 class HttpProvidersTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("idem_http_providers_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-    ledger_path_ = (dir_ / "ledger.sqlite").string();
-  }
+  void SetUp() override { ledger_path_ = dir_.File("ledger.sqlite"); }
   void TearDown() override {
     if (providers_) providers_->Stop();
     providers_.reset();
-    fs::remove_all(dir_);
   }
 
   /// Starts the providers on an ephemeral loopback port with `faults`, and
@@ -83,14 +76,14 @@ class HttpProvidersTest : public ::testing::Test {
     options.lost_response_hold_ms = hold_ms;
     for (const auto& text : faults) {
       auto rule = ParseHttpFaultRule(text);
-      ASSERT_TRUE(rule.ok()) << rule.status().ToString();
+      ASSERT_OK(rule);
       options.faults.push_back(*rule);
     }
     auto providers = HttpProviders::Create(options);
-    ASSERT_TRUE(providers.ok()) << providers.status().ToString();
+    ASSERT_OK(providers);
     providers_ = std::move(providers).value();
     auto port = providers_->Start("127.0.0.1", 0);
-    ASSERT_TRUE(port.ok()) << port.status().ToString();
+    ASSERT_OK(port);
     port_ = *port;
 
     std::ifstream in(std::string(IDEM_SOURCE_DIR) + "/examples/travel_booking/tools.http.json");
@@ -104,16 +97,16 @@ class HttpProvidersTest : public ::testing::Test {
       tool["timeout_ms"] = timeout_ms;
     }
     Status loaded = LoadHttpTools(doc.dump(), &tools_);
-    ASSERT_TRUE(loaded.ok()) << loaded.ToString();
+    ASSERT_OK(loaded);
     auto ledger = Ledger::Open(ledger_path_);
-    ASSERT_TRUE(ledger.ok()) << ledger.status().ToString();
+    ASSERT_OK(ledger);
     ledger_ = *ledger;
   }
 
   /// Runs the trip as a saga with the HTTP tools on a SQLite journal.
   storage::SagaRecord RunTrip() {
-    auto store = storage::OpenStore((dir_ / "journal.db").string());
-    EXPECT_TRUE(store.ok()) << store.status().ToString();
+    auto store = storage::OpenStore(dir_.File("journal.db"));
+    EXPECT_OK(store);
     if (!store.ok()) return {};
     store_ = std::move(store).value();
     EngineOptions o;
@@ -121,13 +114,13 @@ class HttpProvidersTest : public ::testing::Test {
     o.lookup_backoff = RetryPolicy{5, 20, 200};
     Engine engine(store_.get(), &tools_, o);
     auto spec = ParseSpec(TripSpec(), tools_);
-    EXPECT_TRUE(spec.ok()) << spec.status().ToString();
+    EXPECT_OK(spec);
     if (!spec.ok()) return {};
     auto sub = engine.Submit(*spec, {{"traveller", "Ana"}}, "trip-1");
-    EXPECT_TRUE(sub.ok()) << sub.status().ToString();
+    EXPECT_OK(sub);
     if (!sub.ok()) return {};
     auto rec = engine.Run(sub->saga_id);
-    EXPECT_TRUE(rec.ok()) << rec.status().ToString();
+    EXPECT_OK(rec);
     return rec.ok() ? *rec : storage::SagaRecord{};
   }
 
@@ -142,12 +135,12 @@ class HttpProvidersTest : public ::testing::Test {
 
   int Effects(const std::string& tool, const std::string& key) {
     auto n = ledger_->CountEffects(tool, key);
-    EXPECT_TRUE(n.ok()) << n.status().ToString();
+    EXPECT_OK(n);
     return n.ok() ? *n : -1;
   }
   int Calls(const std::string& tool, const std::string& key) {
     auto n = ledger_->CountCalls(tool, key);
-    EXPECT_TRUE(n.ok()) << n.status().ToString();
+    EXPECT_OK(n);
     return n.ok() ? *n : -1;
   }
   /// The outcomes the ledger logged for (provider, operation, key).
@@ -155,7 +148,7 @@ class HttpProvidersTest : public ::testing::Test {
                                     const std::string& key) {
     std::vector<std::string> out;
     auto calls = ledger_->Calls();
-    EXPECT_TRUE(calls.ok());
+    EXPECT_OK(calls);
     if (!calls.ok()) return out;
     for (const auto& c : *calls) {
       if (c.provider == provider && c.operation == operation && c.idempotency_key == key) {
@@ -177,7 +170,7 @@ class HttpProvidersTest : public ::testing::Test {
     return t == nullptr ? ToolOutcome::Failed("no tool", false) : t->Invoke(call);
   }
 
-  fs::path dir_;
+  test::TempDir dir_{"idem_http_providers"};
   std::string ledger_path_;
   std::unique_ptr<HttpProviders> providers_;
   int port_ = 0;
@@ -194,7 +187,7 @@ TEST_F(HttpProvidersTest, ASagaOverHttpSucceedsWithOneLedgerRowPerStep) {
   storage::SagaRecord rec = RunTrip();
   ASSERT_EQ(rec.summary.state, "succeeded") << rec.summary.reason;
   auto effects = ledger_->Effects();
-  ASSERT_TRUE(effects.ok());
+  ASSERT_OK(effects);
   ASSERT_EQ(effects->size(), 4u);
   for (const auto& st : rec.steps) {
     EXPECT_EQ(st.state, "succeeded") << st.step_id;
@@ -210,7 +203,7 @@ TEST_F(HttpProvidersTest, ASagaOverHttpSucceedsWithOneLedgerRowPerStep) {
   EXPECT_EQ(Outcomes("flights", "preview", flight.step_key), std::vector<std::string>{"previewed"});
   EXPECT_EQ(flight.phase["preview"]["resource_version"], "v1") << flight.phase.dump();
   auto dups = ledger_->Duplicates();
-  ASSERT_TRUE(dups.ok());
+  ASSERT_OK(dups);
   EXPECT_TRUE(dups->empty());
 }
 
@@ -226,7 +219,7 @@ TEST_F(HttpProvidersTest, DroppedConnectionAfterTheCommitIsResolvedThroughTheSta
   EXPECT_EQ(Calls("hotels.book", hotel.step_key), 1) << "no re-call after the lost answer";
   EXPECT_EQ(Outcomes("hotels", "lookup", hotel.step_key), std::vector<std::string>{"applied"});
   auto effects = ledger_->Effects();
-  ASSERT_TRUE(effects.ok());
+  ASSERT_OK(effects);
   EXPECT_EQ(effects->size(), 4u);
   // The booking the journal holds is the one the provider made.
   for (const auto& e : *effects) {
@@ -265,7 +258,7 @@ TEST_F(HttpProvidersTest, ALostResponseOfAKeyHonouringProviderIsReplayedToTheRet
   EXPECT_EQ(Effects("payments.charge", "k-charge"), 1);
   EXPECT_EQ(Calls("payments.charge", "k-charge"), 1);
   auto effects = ledger_->Effects();
-  ASSERT_TRUE(effects.ok());
+  ASSERT_OK(effects);
   ASSERT_EQ(effects->size(), 1u);
   EXPECT_EQ(retry.external_ref, (*effects)[0].result["charge_id"]);
 }
@@ -356,7 +349,7 @@ TEST_F(HttpProvidersTest, OutcomesMapToTheHttpToolsClassification) {
 }
 
 TEST_F(HttpProvidersTest, BadFaultsAreRefused) {
-  EXPECT_TRUE(ParseHttpFaultRule("cars.rent=drop_connection@2").ok());
+  EXPECT_OK(ParseHttpFaultRule("cars.rent=drop_connection@2"));
   EXPECT_EQ(ParseHttpFaultRule("cars.rent=drop_connection@0").status().code(),
             Code::kInvalidArgument);
   EXPECT_EQ(ParseHttpFaultRule("cars.rent=explode").status().code(), Code::kInvalidArgument);

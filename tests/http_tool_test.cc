@@ -25,6 +25,7 @@
 #include <sqlite3.h>
 
 #include "server/idempotency.h"
+#include "tests/test_util.h"
 
 #include "common/clock.h"
 #include "common/json_util.h"
@@ -102,21 +103,7 @@ class Gate {
   bool open_ = false;
 };
 
-/// A loopback TCP port with nothing listening on it.
-int UnusedPort() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  socklen_t len = sizeof addr;
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-    ADD_FAILURE() << "cannot bind a loopback port";
-  }
-  ::close(fd);
-  return ntohs(addr.sin_port);
-}
+using test::UnusedPort;
 
 /// A raw listening socket on loopback (for servers httplib cannot imitate).
 struct RawListener {
@@ -180,11 +167,11 @@ std::string ToolsDoc(int port, const std::string& extra = "", int timeout_ms = k
 std::unique_ptr<Tool> MakeTool(int port, const std::string& extra = "",
                                int timeout_ms = kDefaultTimeoutMs) {
   Result<Json> doc = ParseJson(ToolsDoc(port, extra, timeout_ms), "test");
-  EXPECT_TRUE(doc.ok()) << doc.status().ToString();
+  EXPECT_OK(doc);
   Result<std::vector<HttpToolConfig>> configs = ParseHttpTools(*doc);
-  EXPECT_TRUE(configs.ok()) << configs.status().ToString();
+  EXPECT_OK(configs);
   Result<std::unique_ptr<Tool>> tool = NewHttpTool((*configs)[0]);
-  EXPECT_TRUE(tool.ok()) << tool.status().ToString();
+  EXPECT_OK(tool);
   return std::move(tool).value();
 }
 
@@ -672,7 +659,7 @@ TEST(LoadHttpToolsTest, RegistersEveryToolWithItsInfo) {
       {"name": "mail.send", "effect": "irreversible", "base_url": "http://localhost:9/api/",
        "commit": {"path": "/send/{key}", "method": "PUT"}, "description": "send a mail"}]})",
                            &registry);
-  ASSERT_TRUE(s.ok()) << s.ToString();
+  ASSERT_OK(s);
   Tool* charge = registry.Find("payments.charge");
   ASSERT_NE(charge, nullptr);
   EXPECT_EQ(charge->info().effect, EffectClass::kWrite);
@@ -690,7 +677,7 @@ TEST(LoadHttpToolsTest, RegistersEveryToolWithItsInfo) {
   Result<std::vector<HttpToolConfig>> configs = ParseHttpTools(Json::parse(R"({"tools": [
       {"name": "m", "effect": "read", "base_url": "http://[::1]:8080/v1//",
        "commit": {"path": "/x"}}]})"));
-  ASSERT_TRUE(configs.ok()) << configs.status().ToString();
+  ASSERT_OK(configs);
   EXPECT_EQ((*configs)[0].host, "::1");
   EXPECT_EQ((*configs)[0].port, 8080);
   EXPECT_EQ((*configs)[0].base_path, "/v1");
@@ -711,13 +698,14 @@ TEST(LoadHttpToolsTest, NameAlreadyRegisteredRegistersNothing) {
 }
 
 TEST(LoadHttpToolsTest, ReadsAFileAndNamesItInErrors) {
-  std::string dir = ::testing::TempDir();
+  test::TempDir tmp("idem_http_tools");
+  std::string dir = tmp.path();
   std::string good = dir + "/http_tools_good.json";
   std::string bad = dir + "/http_tools_bad.json";
   std::ofstream(good) << ToolsDoc(8091);
   std::ofstream(bad) << R"({"tools": [{"name": "x"}]})";
   ToolRegistry registry;
-  ASSERT_TRUE(LoadHttpTools(good, &registry).ok());
+  ASSERT_OK(LoadHttpTools(good, &registry));
   EXPECT_NE(registry.Find("payments.charge"), nullptr);
 
   Status s = LoadHttpTools(bad, &registry);
@@ -731,19 +719,11 @@ TEST(LoadHttpToolsTest, ReadsAFileAndNamesItInErrors) {
 
 // ---- The idempotency layer --------------------------------------------------------------
 
-std::string TempDbPath(const std::string& name) {
-  std::string templ = ::testing::TempDir() + "/idem_idempotency_XXXXXX";
-  std::vector<char> buf(templ.begin(), templ.end());
-  buf.push_back('\0');
-  const char* dir = ::mkdtemp(buf.data());
-  return std::string(dir != nullptr ? dir : ::testing::TempDir().c_str()) + "/" + name;
-}
-
 /// A provider whose POST /charges is wrapped by the layer. The handler counts
 /// its runs; with hold_first_, the first run waits for release_.
 class IdempotencyLayerTest : public ::testing::Test {
  protected:
-  void SetUp() override { path_ = TempDbPath("keys.db"); }
+  void SetUp() override { path_ = dir_.File("keys.db"); }
   void TearDown() override {
     release_.Open();  // never leave a handler waiting on a destroyed gate
     Unmount();
@@ -751,7 +731,7 @@ class IdempotencyLayerTest : public ::testing::Test {
 
   void Mount(const IdempotencyOptions& options = {}, const WrapOptions& wrap = {}) {
     auto layer = IdempotencyLayer::Open(path_, options);
-    ASSERT_TRUE(layer.ok()) << layer.status().ToString();
+    ASSERT_OK(layer);
     layer_ = std::move(layer).value();
     server_ = std::make_unique<TestServer>();
     server_->Http().Post("/charges",
@@ -792,6 +772,7 @@ class IdempotencyLayerTest : public ::testing::Test {
     return doc.is_object() ? doc.value("type", "") : "";
   }
 
+  test::TempDir dir_{"idem_idempotency"};
   std::string path_;
   std::unique_ptr<IdempotencyLayer> layer_;
   std::unique_ptr<TestServer> server_;
@@ -925,7 +906,7 @@ TEST_F(IdempotencyLayerTest, DifferentPayloadIs422AndReorderedJsonIsAReplay) {
 
   // The record is unchanged by the refused request.
   Result<server::IdempotencyRecord> rec = layer_->Find("", "k-2");
-  ASSERT_TRUE(rec.ok()) << rec.status().ToString();
+  ASSERT_OK(rec);
   EXPECT_EQ(rec->state, "done");
   EXPECT_EQ(rec->body, a->body);
 }
@@ -993,7 +974,7 @@ TEST_F(IdempotencyLayerTest, AnotherCallersKeyIsNeverReplayed) {
   ASSERT_TRUE(alice_again);
   EXPECT_EQ(alice_again->body, alice->body);
   EXPECT_EQ(alice_again->get_header_value("Idempotent-Replayed"), "true");
-  EXPECT_TRUE(layer_->Find("Bearer bob", "shared").ok());
+  EXPECT_OK(layer_->Find("Bearer bob", "shared"));
   EXPECT_EQ(layer_->Find("Bearer carol", "shared").status().code(), Code::kNotFound);
 }
 
@@ -1119,7 +1100,7 @@ TEST_F(IdempotencyLayerTest, OpenRefusesBadOptions) {
   EXPECT_EQ(IdempotencyLayer::Open(":memory:").status().code(), Code::kInvalidArgument);
   IdempotencyOptions o;
   o.synchronous = "OFF";
-  Result<std::unique_ptr<IdempotencyLayer>> r = IdempotencyLayer::Open(TempDbPath("x.db"), o);
+  Result<std::unique_ptr<IdempotencyLayer>> r = IdempotencyLayer::Open(dir_.File("x.db"), o);
   EXPECT_EQ(r.status().code(), Code::kInvalidArgument);
   EXPECT_NE(r.status().message().find("synchronous \"OFF\" is not one of NORMAL, FULL, EXTRA"),
             std::string::npos)

@@ -5,7 +5,8 @@
 //
 // Needs a live server: ctest starts one (fixture `postgres`, scripts/
 // pg-test-server.sh) and this binary reads its URL from IDEM_PG_URL_FILE (or,
-// when run by hand, from the environment variable IDEM_PG_TEST_URL).
+// when run by hand, from the environment variable IDEM_PG_TEST_URL): see
+// test::PgServerUrl in tests/test_util.h.
 // Every test gets a database of its own (CREATE DATABASE t_<random>, dropped
 // afterwards). Without the URL file every test fails, saying so.
 
@@ -32,16 +33,13 @@
 
 #include "storage/store.h"
 #include "tests/store_conformance.h"
+#include "tests/test_util.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
-
-#ifndef IDEM_PG_URL_FILE
-#error "IDEM_PG_URL_FILE must name the file holding the test server's URL"
-#endif
 
 // LeakSanitizer (IDEM_SANITIZE builds): libpqxx 6.4 leaks the PGresult of a
 // statement that fails on a broken connection (connection_base::make_result
@@ -58,125 +56,13 @@ using conformance::MakeEffect;
 using conformance::MakeEntry;
 using conformance::MakeSaga;
 
-// ---- The test server --------------------------------------------------------
+using test::PgTestDatabase;
+using test::PgUrlParts;
+using test::UnusedPort;
 
-/// The URL of the server that the `postgres` ctest fixture started, or an
-/// error that says how to get one.
-Result<std::string> ServerUrl() {
-  // For running the binary by hand against a server of one's own.
-  if (const char* env = std::getenv("IDEM_PG_TEST_URL"); env != nullptr && *env != '\0') {
-    return std::string(env);
-  }
-  std::ifstream in(IDEM_PG_URL_FILE);
-  std::string url;
-  if (!in || !std::getline(in, url) || url.empty()) {
-    return Status::FailedPrecondition(
-        std::string("no PostgreSQL test server: cannot read its URL from ") + IDEM_PG_URL_FILE +
-        ". Run the tests through ctest (its pg_server_start fixture starts a server), or start "
-        "one with `scripts/pg-test-server.sh start DIR`, which writes DIR/url");
-  }
-  return url;
-}
-
-/// The parts of postgresql://USER@HOST:PORT/DB that the tests rewrite.
-struct UrlParts {
-  std::string prefix;  ///< "postgresql://USER@"
-  std::string host;
-  int port = 0;
-  std::string database;
-  std::string Url() const { return prefix + host + ":" + std::to_string(port) + "/" + database; }
-};
-
-UrlParts SplitUrl(const std::string& url) {
-  UrlParts p;
-  size_t at = url.find('@');
-  size_t host_start = at == std::string::npos ? url.find("://") + 3 : at + 1;
-  size_t slash = url.find('/', host_start);
-  size_t colon = url.find(':', host_start);
-  p.prefix = url.substr(0, host_start);
-  p.host = url.substr(host_start, colon - host_start);
-  p.port = std::stoi(url.substr(colon + 1, slash - colon - 1));
-  p.database = url.substr(slash + 1);
-  return p;
-}
-
-std::string RandomName(const std::string& prefix) {
-  static std::mutex mu;
-  static std::mt19937_64 rng(std::random_device{}());
-  std::lock_guard<std::mutex> lock(mu);
-  static constexpr char kHex[] = "0123456789abcdef";  // NOLINT(modernize-avoid-c-arrays)
-  std::string name = prefix;
-  for (uint64_t bits = rng(), i = 0; i < 16; ++i, bits >>= 4) name += kHex[bits & 0xf];
-  return name;
-}
-
-/// A fresh, empty database on the test server, dropped (with any sessions
-/// still on it) when the object goes.
-class TestDatabase {
- public:
-  TestDatabase() {
-    Result<std::string> server = ServerUrl();
-    if (!server.ok()) {
-      status_ = server.status();
-      return;
-    }
-    server_ = SplitUrl(*server);
-    name_ = RandomName("t_");
-    try {
-      pqxx::connection admin(server_.Url());
-      pqxx::nontransaction tx(admin);
-      tx.exec("CREATE DATABASE " + tx.quote_name(name_));  // a generated name, never input
-    } catch (const std::exception& e) {
-      status_ = Status::Unavailable("cannot create test database " + name_ + " on " +
-                                    server_.Url() + ": " + e.what());
-    }
-  }
-  ~TestDatabase() {
-    if (!status_.ok()) return;
-    try {
-      pqxx::connection admin(server_.Url());
-      pqxx::nontransaction tx(admin);
-      tx.exec("DROP DATABASE IF EXISTS " + tx.quote_name(name_) + " WITH (FORCE)");
-    } catch (const std::exception& e) {
-      ADD_FAILURE() << "dropping test database " << name_ << ": " << e.what();
-    }
-  }
-  TestDatabase(const TestDatabase&) = delete;
-  TestDatabase& operator=(const TestDatabase&) = delete;
-  TestDatabase(TestDatabase&&) = delete;
-  TestDatabase& operator=(TestDatabase&&) = delete;
-
-  /// OK, or why there is no database.
-  const Status& status() const { return status_; }
-  std::string Url() const { return Parts().Url(); }
-  /// The URL parts, for tests that point the store elsewhere (a proxy).
-  UrlParts Parts() const {
-    UrlParts p = server_;
-    p.database = name_;
-    return p;
-  }
-
- private:
-  Status status_;
-  UrlParts server_;
-  std::string name_;
-};
-
-/// The conformance suite's factory: a fresh database per test.
-class PgFactory {
- public:
-  Result<std::unique_ptr<Store>> Open() {
-    if (!db_.status().ok()) return db_.status();
-    PgOptions options;
-    options.url = db_.Url();
-    Result<std::unique_ptr<PgStore>> store = PgStore::Open(options);
-    if (!store.ok()) return store.status();
-    return std::unique_ptr<Store>(std::move(store).value());
-  }
-
- private:
-  TestDatabase db_;
-};
+/// The conformance suite's factory: a fresh database per test. (A class of
+/// its own: ctest names the typed tests after it.)
+class PgFactory : public test::PgTestStore {};
 
 }  // namespace
 
@@ -241,7 +127,7 @@ class RawDb {
 
 std::unique_ptr<PgStore> MustOpen(const PgOptions& options) {
   Result<std::unique_ptr<PgStore>> store = PgStore::Open(options);
-  EXPECT_TRUE(store.ok()) << store.status().ToString();
+  EXPECT_OK(store);
   return store.ok() ? std::move(store).value() : nullptr;
 }
 
@@ -251,7 +137,7 @@ std::unique_ptr<PgStore> MustOpen(const std::string& url) {
   return MustOpen(options);
 }
 
-#define ASSERT_DB_OK(db) ASSERT_TRUE((db).status().ok()) << (db).status().ToString()
+#define ASSERT_DB_OK(db) ASSERT_OK((db).status())
 
 /// A batch with `entries` journal lines and one effect, keyed by `tag`.
 WriteBatch Batch(const std::string& saga_id, const std::string& tag, int entries) {
@@ -270,7 +156,7 @@ WriteBatch Batch(const std::string& saga_id, const std::string& tag, int entries
 /// How many journal rows of the saga have an event starting with `tag`-.
 int CountEvents(PgStore& store, const std::string& saga_id, const std::string& tag) {
   Result<std::vector<JournalEntry>> j = store.ReadJournal(saga_id);
-  EXPECT_TRUE(j.ok()) << j.status().ToString();
+  EXPECT_OK(j);
   if (!j.ok()) return -1;
   int n = 0;
   for (const JournalEntry& e : *j) n += e.event.rfind(tag + "-", 0) == 0 ? 1 : 0;
@@ -280,7 +166,7 @@ int CountEvents(PgStore& store, const std::string& saga_id, const std::string& t
 // ---- Schema -----------------------------------------------------------------
 
 TEST(PgStoreTest, FreshDatabaseHasTheSchema) {
-  TestDatabase db;
+  PgTestDatabase db;
   ASSERT_DB_OK(db);
   std::unique_ptr<PgStore> store = MustOpen(db.Url());
   ASSERT_NE(store, nullptr);
@@ -303,7 +189,7 @@ TEST(PgStoreTest, FreshDatabaseHasTheSchema) {
 }
 
 TEST(PgStoreTest, JournalAndEffectsAreAppendOnly) {
-  TestDatabase db;
+  PgTestDatabase db;
   ASSERT_DB_OK(db);
   std::unique_ptr<PgStore> store = MustOpen(db.Url());
   ASSERT_NE(store, nullptr);
@@ -334,7 +220,7 @@ TEST(PgStoreTest, JournalAndEffectsAreAppendOnly) {
 }
 
 TEST(PgStoreTest, JsonIsCanonicalTextAndNullIsSqlNull) {
-  TestDatabase db;
+  PgTestDatabase db;
   ASSERT_DB_OK(db);
   std::unique_ptr<PgStore> store = MustOpen(db.Url());
   ASSERT_NE(store, nullptr);
@@ -351,7 +237,7 @@ TEST(PgStoreTest, JsonIsCanonicalTextAndNullIsSqlNull) {
 }
 
 TEST(PgStoreTest, CorruptJsonIsInternalError) {
-  TestDatabase db;
+  PgTestDatabase db;
   ASSERT_DB_OK(db);
   std::unique_ptr<PgStore> store = MustOpen(db.Url());
   ASSERT_NE(store, nullptr);
@@ -365,7 +251,7 @@ TEST(PgStoreTest, CorruptJsonIsInternalError) {
 }
 
 TEST(PgStoreTest, TextPostgresCannotHoldIsInvalidArgument) {
-  TestDatabase db;
+  PgTestDatabase db;
   ASSERT_DB_OK(db);
   std::unique_ptr<PgStore> store = MustOpen(db.Url());
   ASSERT_NE(store, nullptr);
@@ -390,7 +276,7 @@ TEST(PgStoreTest, TextPostgresCannotHoldIsInvalidArgument) {
 // ---- Migrations -------------------------------------------------------------
 
 TEST(PgStoreTest, MigrationsRunOnceUnderConcurrentOpen) {
-  TestDatabase db;
+  PgTestDatabase db;
   ASSERT_DB_OK(db);
   constexpr int kOpeners = 8;
   std::atomic<int> ready{0};
@@ -428,7 +314,7 @@ TEST(PgStoreTest, MigrationsRunOnceUnderConcurrentOpen) {
 }
 
 TEST(PgStoreTest, Version2DatabaseIsMigratedToLeases) {
-  TestDatabase db;
+  PgTestDatabase db;
   ASSERT_DB_OK(db);
   {
     std::unique_ptr<PgStore> store = MustOpen(db.Url());
@@ -452,7 +338,7 @@ TEST(PgStoreTest, Version2DatabaseIsMigratedToLeases) {
 }
 
 TEST(PgStoreTest, ReopenAppliesNothing) {
-  TestDatabase db;
+  PgTestDatabase db;
   ASSERT_DB_OK(db);
   for (int i = 0; i < 3; ++i) {
     std::unique_ptr<PgStore> store = MustOpen(db.Url());
@@ -464,7 +350,7 @@ TEST(PgStoreTest, ReopenAppliesNothing) {
 }
 
 TEST(PgStoreTest, FutureSchemaVersionIsRefused) {
-  TestDatabase db;
+  PgTestDatabase db;
   ASSERT_DB_OK(db);
   {
     std::unique_ptr<PgStore> store = MustOpen(db.Url());
@@ -502,22 +388,6 @@ TEST(PgStoreTest, RejectsBadOptions) {
   EXPECT_EQ(Code::kInvalidArgument, PgStore::Open(timeout).status().code());
 }
 
-/// A TCP port on 127.0.0.1 on which nothing listens (bound, then released).
-int UnusedPort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  socklen_t len = sizeof addr;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
-      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-    ADD_FAILURE() << "cannot find an unused port";
-  }
-  close(fd);
-  return ntohs(addr.sin_port);
-}
-
 TEST(PgStoreTest, UnreachableServerIsUnavailable) {
   PgOptions options;
   options.url = "postgresql://idem:secret@127.0.0.1:" + std::to_string(UnusedPort()) + "/idem";
@@ -533,7 +403,7 @@ TEST(PgStoreTest, UnreachableServerIsUnavailable) {
 }
 
 TEST(OpenStorePgTest, PostgresLocatorsOpenPgStore) {
-  TestDatabase db;
+  PgTestDatabase db;
   ASSERT_DB_OK(db);
   {
     Result<std::unique_ptr<Store>> store = OpenStore(db.Url());
@@ -556,7 +426,7 @@ TEST(OpenStorePgTest, PostgresLocatorsOpenPgStore) {
 // record. The next id to be assigned (the snapshot's xmax) shows whether one was.
 
 TEST(PgStoreTest, RepeatedSubmissionsAndReadsTakeNoTransactionId) {
-  TestDatabase db;
+  PgTestDatabase db;
   ASSERT_DB_OK(db);
   std::unique_ptr<PgStore> store = MustOpen(db.Url());
   ASSERT_NE(store, nullptr);
@@ -612,7 +482,7 @@ TEST(PgStoreTest, RepeatedSubmissionsAndReadsTakeNoTransactionId) {
 // ---- Several stores on one database --------------------------------------------
 
 TEST(PgStoreTest, TwoStoresRaceForOneIntentAndMakeOneSaga) {
-  TestDatabase db;
+  PgTestDatabase db;
   ASSERT_DB_OK(db);
   std::unique_ptr<PgStore> a = MustOpen(db.Url());
   std::unique_ptr<PgStore> b = MustOpen(db.Url());
@@ -651,7 +521,7 @@ TEST(PgStoreTest, TwoStoresRaceForOneIntentAndMakeOneSaga) {
 // ---- Lost connections --------------------------------------------------------
 
 TEST(PgStoreTest, ReconnectsAfterBackendsAreTerminated) {
-  TestDatabase db;
+  PgTestDatabase db;
   ASSERT_DB_OK(db);
   PgOptions options;
   options.url = db.Url();
@@ -724,7 +594,7 @@ TEST(PgStoreTest, ReconnectsAfterBackendsAreTerminated) {
 // Either way the batch is in the journal exactly once.
 
 TEST(PgStoreTest, UnknownCommitThatAbortedIsRetriedOnce) {
-  TestDatabase db;
+  PgTestDatabase db;
   ASSERT_DB_OK(db);
   RawDb killer(db.Url());
   std::atomic<int> kills_left{0};
@@ -769,7 +639,7 @@ TEST(PgStoreTest, UnknownCommitThatAbortedIsRetriedOnce) {
 }
 
 TEST(PgStoreTest, UnknownCommitThatAbortsTwiceIsUnavailableAndWritesNothing) {
-  TestDatabase db;
+  PgTestDatabase db;
   ASSERT_DB_OK(db);
   RawDb killer(db.Url());
   std::atomic<bool> kill{false};
@@ -854,7 +724,7 @@ class CommitSwallowingProxy {
   int Port() const { return port_; }
   /// The URL of `server`'s database through this proxy (no TLS: the proxy
   /// reads the protocol).
-  std::string Url(UrlParts server) const {
+  std::string Url(PgUrlParts server) const {
     server.port = port_;
     return server.Url() + "?sslmode=disable";
   }
@@ -961,9 +831,9 @@ class CommitSwallowingProxy {
 };
 
 TEST(PgStoreTest, UnknownCommitThatCommittedIsNotRepeated) {
-  TestDatabase db;
+  PgTestDatabase db;
   ASSERT_DB_OK(db);
-  UrlParts parts = db.Parts();
+  PgUrlParts parts = db.Parts();
   CommitSwallowingProxy proxy(parts.host, parts.port);
   ASSERT_NE(0, proxy.Port());
   std::atomic<int> hook_calls{0};
@@ -1010,9 +880,9 @@ TEST(PgStoreTest, UnknownCommitThatCommittedIsNotRepeated) {
 }
 
 TEST(PgStoreTest, UnknownCommitStillInProgressIsSettledByEndingTheOldBackend) {
-  TestDatabase db;
+  PgTestDatabase db;
   ASSERT_DB_OK(db);
-  UrlParts parts = db.Parts();
+  PgUrlParts parts = db.Parts();
   CommitSwallowingProxy proxy(parts.host, parts.port);
   ASSERT_NE(0, proxy.Port());
   std::atomic<int> hook_calls{0};
@@ -1043,9 +913,9 @@ TEST(PgStoreTest, UnknownCommitStillInProgressIsSettledByEndingTheOldBackend) {
 }
 
 TEST(PgStoreTest, UnknownCommitThatCannotBeResolvedIsUnavailable) {
-  TestDatabase db;
+  PgTestDatabase db;
   ASSERT_DB_OK(db);
-  UrlParts parts = db.Parts();
+  PgUrlParts parts = db.Parts();
   auto proxy = std::make_unique<CommitSwallowingProxy>(parts.host, parts.port);
   ASSERT_NE(0, proxy->Port());
   PgOptions options;
@@ -1073,7 +943,7 @@ TEST(PgStoreTest, UnknownCommitThatCannotBeResolvedIsUnavailable) {
 // meantime skips the saga (ClaimSagas) or waits for the commit (ClaimSaga),
 // so the epoch the commit checked stays the saga's epoch until it is durable.
 TEST(PgStoreTest, ClaimsDoNotOvertakeAFencedCommitInFlight) {
-  TestDatabase db;
+  PgTestDatabase db;
   ASSERT_DB_OK(db);
   std::atomic<bool> hold{false};
   std::mutex mu;
@@ -1172,9 +1042,9 @@ class GroupCommitScenario {
     WriteBatch taken;
     taken.saga_id = Id(0);
     taken.effects = {MakeEffect(Id(0), "step0", "taken-key", 1)};
-    EXPECT_TRUE(store_->Commit(taken).ok());
+    EXPECT_OK(store_->Commit(taken));
     Result<Lease> lease = store_->ClaimSaga(Id(2), "w", 60'000);
-    EXPECT_TRUE(lease.ok()) << lease.status().ToString();
+    EXPECT_OK(lease);
     if (lease.ok()) lost_epoch_ = lease->epoch + 1;
   }
 
@@ -1202,7 +1072,7 @@ class GroupCommitScenario {
     }
     for (std::thread& th : threads) th.join();
     leader.join();
-    EXPECT_TRUE(lead.ok()) << lead.ToString();
+    EXPECT_OK(lead);
     armed_ = false;
     return results;
   }
@@ -1230,7 +1100,7 @@ class GroupCommitScenario {
       }
       EXPECT_EQ(good ? 2 : 0, CountEvents(*store_, Id(t), "group"));
       Result<SagaRecord> rec = store_->LoadSaga(Id(t));
-      ASSERT_TRUE(rec.ok()) << rec.status().ToString();
+      ASSERT_OK(rec);
       EXPECT_EQ(good ? "running" : "pending", rec->summary.state);
     }
     // The good ones, "taken-key" and the lead batch's.
@@ -1248,7 +1118,7 @@ class GroupCommitScenario {
 };
 
 TEST(PgStoreTest, GroupCommitSharesTransactionsAndFailsBatchesAlone) {
-  TestDatabase db;
+  PgTestDatabase db;
   ASSERT_DB_OK(db);
   GroupCommitScenario scenario(db.Url());
   ASSERT_NE(scenario.Store(), nullptr);
@@ -1265,7 +1135,7 @@ TEST(PgStoreTest, GroupCommitSharesTransactionsAndFailsBatchesAlone) {
 }
 
 TEST(PgStoreTest, GroupCommitCanBeSwitchedOff) {
-  TestDatabase db;
+  PgTestDatabase db;
   ASSERT_DB_OK(db);
   GroupCommitScenario scenario(
       db.Url(), [](int, int) {}, /*group_commit=*/false);
@@ -1280,9 +1150,9 @@ TEST(PgStoreTest, GroupCommitCanBeSwitchedOff) {
 // outcome is resolved once for the whole group, nothing runs again, and each
 // caller gets the status its batch had in the committed transaction.
 TEST(PgStoreTest, GroupCommitInDoubtThatCommittedIsNotRepeated) {
-  TestDatabase db;
+  PgTestDatabase db;
   ASSERT_DB_OK(db);
-  UrlParts parts = db.Parts();
+  PgUrlParts parts = db.Parts();
   CommitSwallowingProxy proxy(parts.host, parts.port);
   ASSERT_NE(0, proxy.Port());
   GroupCommitScenario scenario(proxy.Url(parts), [&](int n, int) {
@@ -1303,7 +1173,7 @@ TEST(PgStoreTest, GroupCommitInDoubtThatCommittedIsNotRepeated) {
 // The connection of the group's transaction dies right before COMMIT: the
 // outcome is resolved as aborted and the whole group runs again, once.
 TEST(PgStoreTest, GroupCommitInDoubtThatAbortedRunsTheGroupAgain) {
-  TestDatabase db;
+  PgTestDatabase db;
   ASSERT_DB_OK(db);
   RawDb killer(db.Url());
   GroupCommitScenario scenario(db.Url(), [&](int n, int pid) {
@@ -1328,7 +1198,7 @@ TEST(PgStoreTest, GroupCommitInDoubtThatAbortedRunsTheGroupAgain) {
 TEST(PgStoreTest, FencedOutBatchReportsTheFenceNotTheErrorsAfterIt) {
   for (bool group : {false, true}) {
     SCOPED_TRACE(group ? "group commit" : "plain");
-    TestDatabase db;
+    PgTestDatabase db;
     ASSERT_DB_OK(db);
     PgOptions options;
     options.url = db.Url();
@@ -1381,7 +1251,7 @@ TEST(PgStoreTest, FencedOutBatchReportsTheFenceNotTheErrorsAfterIt) {
 // without a new state releases too.
 TEST(PgStoreTest, GroupCommitReleasesEachBatchsLeaseAlone) {
   constexpr int kSagas = 4;
-  TestDatabase db;
+  PgTestDatabase db;
   ASSERT_DB_OK(db);
   std::atomic<bool> armed{false};
   std::atomic<int> hook_calls{0};
@@ -1447,7 +1317,7 @@ TEST(PgStoreTest, GroupCommitFiguresWithAndWithout) {
   constexpr int kThreads = 16;
   constexpr int kCommits = 20;
   for (bool group : {false, true}) {
-    TestDatabase db;
+    PgTestDatabase db;
     ASSERT_DB_OK(db);
     PgOptions options;
     options.url = db.Url();

@@ -19,6 +19,7 @@
 
 #include "preview_commit/token.h"
 #include "storage/store.h"
+#include "tests/test_util.h"
 #include "tools/tool.h"
 
 #include "common/json_util.h"
@@ -210,13 +211,8 @@ Json PaySpec() {
 class ServerTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("idem_server_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-    auto s = storage::OpenStore((dir_ / "journal.db").string());
-    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    auto s = storage::OpenStore(dir_.File("journal.db"));
+    ASSERT_OK(s);
     store_ = std::move(s).value();
     ledger_ = std::make_shared<Ledger>();
     for (const char* n : {"a.do", "a.undo", "pay.refund"}) {
@@ -256,13 +252,13 @@ class ServerTest : public ::testing::Test {
                     {"approver-1", Sha256Hex(kApprover), {"approver"}}};
     o.workers = 2;
     o.sweep_ms = 200;
-    o.state_path = (dir_ / "server.db").string();
+    o.state_path = dir_.File("server.db");
     o.signer = signer_.get();
     o.http_threads = 16;
     auto srv = Server::Create(store_.get(), &tools_, o);
-    ASSERT_TRUE(srv.ok()) << srv.status().ToString();
+    ASSERT_OK(srv);
     server_ = std::move(srv).value();
-    ASSERT_TRUE(server_->Start().ok());
+    ASSERT_OK(server_->Start());
     port_ = server_->port();
   }
 
@@ -270,7 +266,6 @@ class ServerTest : public ::testing::Test {
     if (server_) server_->Stop();
     server_.reset();
     store_.reset();
-    fs::remove_all(dir_);
   }
 
   httplib::Headers Auth(const char* token) const {
@@ -350,7 +345,7 @@ class ServerTest : public ::testing::Test {
     return std::stoi(got.substr(9, 3));
   }
 
-  fs::path dir_;
+  test::TempDir dir_{"idem_server"};
   std::unique_ptr<storage::Store> store_;
   ToolRegistry tools_;
   std::shared_ptr<Ledger> ledger_;
@@ -687,14 +682,13 @@ TEST_F(ServerTest, HostileInputIsRefusedAndTheServerKeepsServing) {
 }
 
 TEST(ServerCreate, RefusesToServeWithoutAuthUnlessInsecureOnLoopback) {
-  auto dir = fs::temp_directory_path() / ("idem_server_create_" + std::to_string(::getpid()));
-  fs::create_directories(dir);
-  auto store = storage::OpenStore((dir / "j.db").string());
-  ASSERT_TRUE(store.ok());
+  test::TempDir dir("idem_server_create");
+  auto store = storage::OpenStore(dir.File("j.db"));
+  ASSERT_OK(store);
   ToolRegistry tools;
   ServerOptions o;
   o.port = 0;
-  o.state_path = (dir / "s.db").string();
+  o.state_path = dir.File("s.db");
   auto no_auth = Server::Create(store->get(), &tools, o);
   EXPECT_EQ(no_auth.status().code(), Code::kFailedPrecondition);
   o.insecure_no_auth = true;
@@ -703,14 +697,13 @@ TEST(ServerCreate, RefusesToServeWithoutAuthUnlessInsecureOnLoopback) {
   EXPECT_EQ(open.status().code(), Code::kFailedPrecondition);
   o.host = "127.0.0.1";
   auto loop = Server::Create(store->get(), &tools, o);
-  EXPECT_TRUE(loop.ok()) << loop.status().ToString();
-  fs::remove_all(dir);
+  EXPECT_OK(loop);
 }
 
 TEST(Principals, ParsesAndRefusesBadEntries) {
   auto ok = ParsePrincipals(R"([{"name": "a", "token_sha256": ")" + Sha256Hex("t") +
                             R"(", "roles": ["agent", "approver"]}])");
-  ASSERT_TRUE(ok.ok()) << ok.status().ToString();
+  ASSERT_OK(ok);
   EXPECT_EQ(ok->size(), 1u);
   EXPECT_FALSE(
       ParsePrincipals(R"([{"name": "a", "token_sha256": "xyz", "roles": ["agent"]}])").ok());

@@ -15,6 +15,7 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/test_util.h"
 #include "tools/tool.h"
 
 #include <dirent.h>
@@ -48,7 +49,7 @@ std::unique_ptr<ToolRegistry> MakeRegistry() {
     info.honours_keys = e.honours_keys;
     Status s = registry->Register(std::make_unique<FunctionTool>(
         info, [](const ToolCall&) { return ToolOutcome::Succeeded(Json::object()); }));
-    EXPECT_TRUE(s.ok()) << s.ToString();
+    EXPECT_OK(s);
   }
   return registry;
 }
@@ -109,18 +110,13 @@ std::string Slash(std::string a, const std::string& b) {
   return a;
 }
 
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+using test::ReadFile;
 
 // ---- parsing a good spec
 
 TEST(SpecTest, GoodSpecParses) {
   Result<SagaSpec> r = ParseSpecText(kTripSpec, Registry(), "trip.json");
-  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_OK(r);
   const SagaSpec& spec = *r;
   EXPECT_EQ(spec.name, "trip");
   EXPECT_EQ(spec.version, 3);
@@ -170,7 +166,7 @@ TEST(SpecTest, GoodSpecParses) {
 TEST(SpecTest, DefaultsWhenOmitted) {
   Result<SagaSpec> r = ParseSpec(
       Json::parse(R"({"name": "x", "steps": [{"id": "a", "tool": "cars.return"}]})"), Registry());
-  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_OK(r);
   EXPECT_EQ(r->version, 1);
   EXPECT_EQ(r->description, "");
   ASSERT_EQ(r->steps.size(), 1u);
@@ -186,7 +182,7 @@ TEST(SpecTest, CompensationOnIdempotentToolAndCapsAtTheLimit) {
       {"id": "a", "tool": "cars.return", "retry": {"max_attempts": 10},
        "compensate": {"tool": "cars.rent", "retry": {"max_attempts": 20}}}]})"),
                                  Registry());
-  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_OK(r);
   EXPECT_EQ(r->steps[0].retry.max_attempts, 10);
   ASSERT_TRUE(r->steps[0].compensate.has_value());
   EXPECT_EQ(r->steps[0].compensate->args, Json::object());
@@ -289,7 +285,7 @@ TEST(ResolveTemplatesTest, WholeValueKeepsItsType) {
                 {"flight", "${steps.reserve_flight.result}"},
                 {"leg", "${steps.reserve_flight.result.legs.1.no}"}};
   Result<Json> r = ResolveTemplates(templ, TripContext(), "steps[1].args");
-  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_OK(r);
   EXPECT_EQ((*r)["seats"], 2);
   EXPECT_EQ((*r)["vip"], true);
   EXPECT_EQ((*r)["tags"], Json::array({"a", "b"}));
@@ -303,7 +299,7 @@ TEST(ResolveTemplatesTest, EmbeddedReferencesBecomeText) {
                 {"ref", "[${steps.reserve_flight.result.reservation_id}]"},
                 {"two", "${input.to}${input.to}"}};
   Result<Json> r = ResolveTemplates(templ, TripContext(), "args");
-  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_OK(r);
   EXPECT_EQ((*r)["memo"], "to Lisbon for 2: [\"a\",\"b\"] true");
   EXPECT_EQ((*r)["ref"], "[R-17]");
   EXPECT_EQ((*r)["two"], "LisbonLisbon");
@@ -315,7 +311,7 @@ TEST(ResolveTemplatesTest, NestedArraysAndObjects) {
     "c": {"d": {"e": "${input.seats}"}}, "n": 7, "t": true
   })");
   Result<Json> r = ResolveTemplates(templ, TripContext(), "args");
-  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_OK(r);
   EXPECT_EQ(*r, Json::parse(R"({
     "a": [1, "Lisbon", {"b": ["Lisbon", null, 2.5]}],
     "c": {"d": {"e": 2}}, "n": 7, "t": true
@@ -325,7 +321,7 @@ TEST(ResolveTemplatesTest, NestedArraysAndObjects) {
 TEST(ResolveTemplatesTest, EscapedDollarBraceIsLiteral) {
   Json templ = {{"a", "$${input.to}"}, {"b", "cost $$5 and $${x} then ${input.to}"}, {"c", "$"}};
   Result<Json> r = ResolveTemplates(templ, TripContext(), "args");
-  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_OK(r);
   EXPECT_EQ((*r)["a"], "${input.to}");
   EXPECT_EQ((*r)["b"], "cost $$5 and ${x} then Lisbon");
   EXPECT_EQ((*r)["c"], "$");

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "saga/machines.h"
+#include "tests/test_util.h"
 
 namespace idem {
 namespace {
@@ -32,7 +33,7 @@ TEST_P(StepRowTest, MovesAndEmits) {
   StepMachine m(r.from);
   ASSERT_EQ(m.state(), r.from);
   auto cmds = m.Fire(r.event, r.facts);
-  ASSERT_TRUE(cmds.ok()) << cmds.status().ToString();
+  ASSERT_OK(cmds);
   EXPECT_EQ(m.state(), r.to);
   EXPECT_EQ(*cmds, r.commands);
 }

@@ -31,32 +31,15 @@
 
 #include "storage/server_state.h"
 #include "storage/store.h"
+#include "tests/test_util.h"
 
 #include "common/clock.h"
 #include "common/json_util.h"
 #include "common/status.h"
 
-namespace idem::storage::conformance {
-
-inline const Status& StatusOf(const Status& s) { return s; }
-template <typename T>
-const Status& StatusOf(const Result<T>& r) {
-  return r.status();
-}
-
-}  // namespace idem::storage::conformance
-
-#define STORE_ASSERT_OK(expr)                                                     \
-  do {                                                                            \
-    const ::idem::Status store_s_ = ::idem::storage::conformance::StatusOf(expr); \
-    ASSERT_TRUE(store_s_.ok()) << #expr << " -> " << store_s_.ToString();         \
-  } while (0)
-
-#define STORE_EXPECT_OK(expr)                                                     \
-  do {                                                                            \
-    const ::idem::Status store_s_ = ::idem::storage::conformance::StatusOf(expr); \
-    EXPECT_TRUE(store_s_.ok()) << #expr << " -> " << store_s_.ToString();         \
-  } while (0)
+// The suite's assertions are the shared ones (tests/test_util.h).
+#define STORE_ASSERT_OK(expr) ASSERT_OK(expr)
+#define STORE_EXPECT_OK(expr) EXPECT_OK(expr)
 
 namespace idem::storage::conformance {
 
@@ -161,7 +144,7 @@ class StoreConformanceTest : public ::testing::Test {
   void Reopen() {
     store_.reset();
     Result<std::unique_ptr<Store>> opened = factory_.Open();
-    ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+    ASSERT_OK(opened);
     store_ = std::move(opened).value();
     ASSERT_NE(store_, nullptr);
   }
@@ -180,14 +163,14 @@ class StoreConformanceTest : public ::testing::Test {
 
   size_t JournalSize(const std::string& saga_id) {
     Result<std::vector<JournalEntry>> j = store_->ReadJournal(saga_id);
-    EXPECT_TRUE(j.ok()) << j.status().ToString();
+    EXPECT_OK(j);
     return j.ok() ? j->size() : 0;
   }
 
   /// The first step of a freshly created saga, as LoadSaga returns it.
   StepRecord FirstStep(const std::string& saga_id) {
     Result<SagaRecord> rec = store_->LoadSaga(saga_id);
-    EXPECT_TRUE(rec.ok()) << rec.status().ToString();
+    EXPECT_OK(rec);
     if (!rec.ok() || rec->steps.empty()) return StepRecord();
     return rec->steps.front();
   }
@@ -455,7 +438,7 @@ TYPED_TEST_P(StoreConformanceTest, CommitWithDuplicateEffectKeyWritesNothing) {
     Status s = this->store().Commit(batch);
     EXPECT_EQ(Code::kConflict, s.code()) << s.ToString();
     Result<SagaRecord> after = this->store().LoadSaga("saga-1");
-    ASSERT_TRUE(after.ok()) << after.status().ToString();
+    ASSERT_OK(after);
     EXPECT_EQ(before->summary.state, after->summary.state);
     EXPECT_EQ(before->summary.reason, after->summary.reason);
     EXPECT_EQ(before->summary.updated_ms, after->summary.updated_ms);
@@ -465,7 +448,7 @@ TYPED_TEST_P(StoreConformanceTest, CommitWithDuplicateEffectKeyWritesNothing) {
     }
     EXPECT_EQ(journal_before, this->JournalSize("saga-1"));
     Result<std::vector<EffectRecord>> effects = this->store().ListEffects("saga-1");
-    ASSERT_TRUE(effects.ok());
+    ASSERT_OK(effects);
     ASSERT_EQ(1u, effects->size());
     EXPECT_EQ("key-A", (*effects)[0].idempotency_key);
     EXPECT_EQ(1u, this->JournalSize("saga-2"));

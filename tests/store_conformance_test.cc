@@ -24,6 +24,7 @@
 
 #include "storage/sqlite_store.h"
 #include "storage/store.h"
+#include "tests/test_util.h"
 
 #include "common/clock.h"
 #include <sys/wait.h>
@@ -36,46 +37,12 @@ using conformance::MakeEffect;
 using conformance::MakeEntry;
 using conformance::MakeSaga;
 
-/// A fresh directory under the system temp dir, removed with its contents.
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "idem_store_XXXXXX").string();
-    if (mkdtemp(tmpl.data()) == nullptr) {
-      ADD_FAILURE() << "mkdtemp failed for " << tmpl;
-    }
-    path_ = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  TempDir(TempDir&&) = delete;
-  TempDir& operator=(TempDir&&) = delete;
-
-  std::string File(const std::string& name) const { return (path_ / name).string(); }
-
- private:
-  std::filesystem::path path_;
-};
+using test::TempDir;
 
 /// The conformance suite's factory: a real SQLite file in a fresh temp
-/// directory per test.
-class SqliteFactory {
- public:
-  Result<std::unique_ptr<Store>> Open() {
-    SqliteOptions options;
-    options.path = dir_.File("idem.db");
-    Result<std::unique_ptr<SqliteStore>> store = SqliteStore::Open(options);
-    if (!store.ok()) return store.status();
-    return std::unique_ptr<Store>(std::move(store).value());
-  }
-
- private:
-  TempDir dir_;
-};
+/// directory per test. (A class of its own: ctest names the typed tests
+/// after it.)
+class SqliteFactory : public test::SqliteTestStore {};
 
 }  // namespace
 
@@ -130,7 +97,7 @@ class RawDb {
 
 std::unique_ptr<SqliteStore> MustOpen(const SqliteOptions& options) {
   Result<std::unique_ptr<SqliteStore>> store = SqliteStore::Open(options);
-  EXPECT_TRUE(store.ok()) << store.status().ToString();
+  EXPECT_OK(store);
   return store.ok() ? std::move(store).value() : nullptr;
 }
 

@@ -23,6 +23,8 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/test_util.h"
+
 #include "common/clock.h"
 #include "common/json_util.h"
 #include "common/status.h"
@@ -178,7 +180,7 @@ class TokenTest : public ::testing::Test {
   std::string MintOk(const std::string& saga = "sg_0001", const std::string& step = "book_flight",
                      const std::string& fp = kFp, int64_t ttl_ms = 60'000) {
     auto t = signer_.Mint(saga, step, fp, ttl_ms);
-    EXPECT_TRUE(t.ok()) << t.status().ToString();
+    EXPECT_OK(t);
     return t.ok() ? *t : std::string();
   }
   Result<TokenClaims> VerifyDefault(const std::string& token) {
@@ -195,13 +197,13 @@ class TokenTest : public ::testing::Test {
 TEST_F(TokenTest, RoundTrip) {
   TokenClaims minted;
   auto token = signer_.Mint("sg_0001", "book_flight", kFp, 60'000, &minted);
-  ASSERT_TRUE(token.ok()) << token.status().ToString();
+  ASSERT_OK(token);
   EXPECT_EQ(token->rfind("idem1.", 0), 0u) << *token;
   EXPECT_LE(token->size(), kMaxTokenBytes);
   EXPECT_EQ(token->find_first_not_of(std::string(kUrl) + "."), std::string::npos) << *token;
 
   auto claims = VerifyDefault(*token);
-  ASSERT_TRUE(claims.ok()) << claims.status().ToString();
+  ASSERT_OK(claims);
   EXPECT_EQ(claims->version, 1);
   EXPECT_EQ(claims->key_id, "k1");
   EXPECT_EQ(claims->saga_id, "sg_0001");
@@ -216,13 +218,13 @@ TEST_F(TokenTest, RoundTrip) {
   EXPECT_EQ(minted.key_id, claims->key_id);
 
   auto opened = signer_.Open(*token);
-  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+  ASSERT_OK(opened);
   EXPECT_EQ(opened->nonce, claims->nonce);
 
   // Two mints for the same step differ (fresh nonce: the store's jti).
   TokenClaims again;
   auto token2 = signer_.Mint("sg_0001", "book_flight", kFp, 60'000, &again);
-  ASSERT_TRUE(token2.ok());
+  ASSERT_OK(token2);
   EXPECT_NE(*token2, *token);
   EXPECT_NE(again.nonce, minted.nonce);
 }
@@ -256,7 +258,7 @@ TEST_F(TokenTest, EveryBitFlipOfTheTokenTextIsRefused) {
     }
   }
   tally.Report("text bit flips", static_cast<int64_t>(token.size()) * 8);
-  EXPECT_TRUE(VerifyDefault(token).ok());  // the original still verifies
+  EXPECT_OK(VerifyDefault(token));  // the original still verifies
 }
 
 TEST_F(TokenTest, EveryBitFlipOfEveryPayloadFieldAndOfTheMacIsRefused) {
@@ -333,9 +335,9 @@ TEST_F(TokenTest, OversizedTokensAreRefusedAndTheLongestMintableFits) {
   std::string saga(kMaxBoundFieldBytes, 's'), step(kMaxBoundFieldBytes, 't');
   std::string fp(kMaxBoundFieldBytes, 'f');
   auto longest = signer.Mint(saga, step, fp, 60'000);
-  ASSERT_TRUE(longest.ok()) << longest.status().ToString();
+  ASSERT_OK(longest);
   EXPECT_LE(longest->size(), kMaxTokenBytes);
-  EXPECT_TRUE(signer.Verify(*longest, saga, step, fp).ok());
+  EXPECT_OK(signer.Verify(*longest, saga, step, fp));
 }
 
 // Tokens MAC'ed with the real key but not minted by Mint: parsing after the
@@ -346,7 +348,7 @@ TEST_F(TokenTest, ResignedMalformedPayloadsAreRefused) {
   good.expires_at_ms = clock_.NowMs() + 60'000;
   auto control = signer_.Verify(SignRaw(kSecretA, good.Encode()), good.saga_id, good.step_id,
                                 good.args_fingerprint);
-  ASSERT_TRUE(control.ok()) << control.status().ToString();
+  ASSERT_OK(control);
   EXPECT_EQ(control->nonce, "5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a");
 
   std::vector<RawPayload> bad(8, good);
@@ -393,8 +395,8 @@ TEST_F(TokenTest, TokenSignedWithAnotherKeyIsRefused) {
   KeyRing other = KeyRing::ForTesting({{"k1", kSecretB}}, "k1", &clock_);  // same id
   TokenSigner other_signer(&other, &clock_);
   auto theirs = other_signer.Mint("sg_0001", "book_flight", kFp, 60'000);
-  ASSERT_TRUE(theirs.ok());
-  ASSERT_TRUE(other_signer.Verify(*theirs, "sg_0001", "book_flight", kFp).ok());  // control
+  ASSERT_OK(theirs);
+  ASSERT_OK(other_signer.Verify(*theirs, "sg_0001", "book_flight", kFp));  // control
   std::string ours = MintOk();
   Tally tally;
   tally.Refused(VerifyDefault(*theirs), *theirs);
@@ -407,29 +409,29 @@ TEST_F(TokenTest, TokenSignedWithAnotherKeyIsRefused) {
 TEST_F(TokenTest, OldKeyVerifiesAfterRotationUntilRetired) {
   std::string old_token = MintOk();
   auto k2 = ring_.Rotate();
-  ASSERT_TRUE(k2.ok()) << k2.status().ToString();
+  ASSERT_OK(k2);
   EXPECT_EQ(*k2, "k2");
   EXPECT_EQ(ring_.active_key_id(), "k2");
 
   auto old_claims = VerifyDefault(old_token);
-  ASSERT_TRUE(old_claims.ok()) << old_claims.status().ToString();
+  ASSERT_OK(old_claims);
   EXPECT_EQ(old_claims->key_id, "k1");
   TokenClaims new_claims;
   auto new_token = signer_.Mint("sg_0001", "book_flight", kFp, 60'000, &new_claims);
-  ASSERT_TRUE(new_token.ok());
+  ASSERT_OK(new_token);
   EXPECT_EQ(new_claims.key_id, "k2");
 
   Status s = ring_.Retire("k2");
   EXPECT_EQ(s.code(), Code::kFailedPrecondition) << s.ToString();  // the active key
   EXPECT_EQ(ring_.Retire("k9").code(), Code::kNotFound);
-  ASSERT_TRUE(ring_.Retire("k1").ok());
-  EXPECT_TRUE(ring_.Retire("k1").ok());  // again: no change
+  ASSERT_OK(ring_.Retire("k1"));
+  EXPECT_OK(ring_.Retire("k1"));  // again: no change
 
   Tally tally;
   tally.Refused(VerifyDefault(old_token), old_token);
   tally.Refused(signer_.Open(old_token), old_token);
   tally.Report("retired key", 2);
-  EXPECT_TRUE(VerifyDefault(*new_token).ok());
+  EXPECT_OK(VerifyDefault(*new_token));
 
   auto keys = ring_.keys();
   ASSERT_EQ(keys.size(), 2u);
@@ -445,7 +447,7 @@ TEST_F(TokenTest, OldKeyVerifiesAfterRotationUntilRetired) {
 TEST_F(TokenTest, ExpiresExactlyAtExpiry) {
   TokenClaims claims;
   auto token = signer_.Mint("sg_0001", "book_flight", kFp, 60'000, &claims);
-  ASSERT_TRUE(token.ok());
+  ASSERT_OK(token);
   clock_.AdvanceMs(claims.expires_at_ms - 1 - clock_.NowMs());
   EXPECT_TRUE(VerifyDefault(*token).ok()) << "exp-1 must be accepted";
   for (int64_t step : {1, 1, 999}) {  // exp, exp+1, exp+1000
@@ -465,7 +467,7 @@ TEST_F(TokenTest, ExpiresExactlyAtExpiry) {
 TEST_F(TokenTest, NotYetValidWhenTheClockWentBackPastTheSkew) {
   std::string token = MintOk();
   clock_.AdvanceMs(-60'000);  // exactly the allowed skew
-  EXPECT_TRUE(VerifyDefault(token).ok());
+  EXPECT_OK(VerifyDefault(token));
   clock_.AdvanceMs(-1);
   auto r = VerifyDefault(token);
   ASSERT_FALSE(r.ok());
@@ -477,7 +479,7 @@ TEST_F(TokenTest, NotYetValidWhenTheClockWentBackPastTheSkew) {
 
 TEST_F(TokenTest, TokenOutsideItsBindingIsRefused) {
   std::string token = MintOk("sg_0001", "book_flight", kFp);
-  ASSERT_TRUE(VerifyDefault(token).ok());  // control
+  ASSERT_OK(VerifyDefault(token));  // control
   struct Case {
     const char* what;
     std::string saga, step, fp;
@@ -495,7 +497,7 @@ TEST_F(TokenTest, TokenOutsideItsBindingIsRefused) {
   }
   // Open does not check the binding; it returns it.
   auto opened = signer_.Open(token);
-  ASSERT_TRUE(opened.ok());
+  ASSERT_OK(opened);
   EXPECT_EQ(opened->step_id, "book_flight");
   // Tampered and mismatched: the forgery is what is reported.
   std::string bad = token;
@@ -525,7 +527,7 @@ TEST_F(TokenTest, MintRefusesBadInput) {
     EXPECT_EQ(r.status().code(), Code::kInvalidArgument);
     EXPECT_NE(r.status().message(), kInvalidTokenMessage);
   }
-  EXPECT_TRUE(signer_.Mint("g", "s", kFp, TokenOptions{}.max_ttl_ms).ok());
+  EXPECT_OK(signer_.Mint("g", "s", kFp, TokenOptions{}.max_ttl_ms));
 }
 
 // ---- fuzz (row 14: ~10^4 fuzzed tokens)
@@ -599,7 +601,7 @@ TEST_F(TokenTest, RotationWhileMintingAndVerifying) {
       }
     });
   }
-  for (int i = 0; i < 20; ++i) ASSERT_TRUE(ring_.Rotate().ok());
+  for (int i = 0; i < 20; ++i) ASSERT_OK(ring_.Rotate());
   for (auto& th : threads) th.join();
   EXPECT_EQ(failures.load(), 0);
   EXPECT_EQ(verified.load(), 4 * 300);
@@ -611,12 +613,10 @@ TEST_F(TokenTest, RotationWhileMintingAndVerifying) {
 class KeyRingFileTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    std::string templ = ::testing::TempDir() + "/idem_keyring_XXXXXX";
-    ASSERT_NE(::mkdtemp(templ.data()), nullptr);
-    dir_ = templ;
+    ASSERT_FALSE(tmp_.path().empty());
+    dir_ = tmp_.path();
     path_ = dir_ + "/keys.json";
   }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
 
   static int Mode(const std::string& path) {
     struct stat st {};
@@ -637,6 +637,7 @@ class KeyRingFileTest : public ::testing::Test {
   }
 
   ManualClock clock_{1'700'000'000'000};
+  test::TempDir tmp_{"idem_keyring"};
   std::string dir_;
   std::string path_;
 };
@@ -645,17 +646,15 @@ TEST_F(KeyRingFileTest, CreatesTheFileWithMode0600WhateverTheUmask) {
   mode_t old = ::umask(0);  // would leave 0666 bits if the code relied on the umask
   auto ring = KeyRing::LoadOrCreate(path_, &clock_);
   ::umask(old);
-  ASSERT_TRUE(ring.ok()) << ring.status().ToString();
+  ASSERT_OK(ring);
   EXPECT_EQ(Mode(path_), 0600);
   EXPECT_EQ(ring->active_key_id(), "k1");
   EXPECT_EQ(ring->path(), path_);
   auto keys = ring->keys();
   ASSERT_EQ(keys.size(), 1u);
   EXPECT_EQ(keys[0].created_at_ms, 1'700'000'000'000);
-  auto doc = ParseJson(std::string(std::istreambuf_iterator<char>(std::ifstream(path_).rdbuf()),
-                                   std::istreambuf_iterator<char>()),
-                       "keys.json");
-  ASSERT_TRUE(doc.ok()) << doc.status().ToString();
+  auto doc = ParseJson(test::ReadFile(path_), "keys.json");
+  ASSERT_OK(doc);
   EXPECT_EQ((*doc)["active"], "k1");
   EXPECT_EQ((*doc)["keys"]["k1"]["secret"].get<std::string>().size(), 44u);  // base64 of 32 bytes
   EXPECT_EQ(DirEntries(), std::vector<std::string>{"keys.json"});  // no temporary file left
@@ -665,7 +664,7 @@ TEST_F(KeyRingFileTest, CreatesTheFileWithMode0600WhateverTheUmask) {
   old = ::umask(0277);
   auto narrow_ring = KeyRing::LoadOrCreate(narrow, &clock_);
   ::umask(old);
-  ASSERT_TRUE(narrow_ring.ok()) << narrow_ring.status().ToString();
+  ASSERT_OK(narrow_ring);
   EXPECT_EQ(Mode(narrow), 0600);
 }
 
@@ -740,18 +739,18 @@ TEST_F(KeyRingFileTest, RefusesASymlinkAndACorruptFile) {
 
 TEST_F(KeyRingFileTest, PersistsAndReloadsKeys) {
   auto first = KeyRing::LoadOrCreate(path_, &clock_);
-  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  ASSERT_OK(first);
   auto token = TokenSigner(&*first, &clock_).Mint("sg_0001", "book_flight", kFp, 60'000);
-  ASSERT_TRUE(token.ok());
+  ASSERT_OK(token);
 
   auto reloaded = KeyRing::LoadOrCreate(path_, &clock_);
-  ASSERT_TRUE(reloaded.ok()) << reloaded.status().ToString();
+  ASSERT_OK(reloaded);
   EXPECT_EQ(reloaded->active_key_id(), "k1");
   EXPECT_TRUE(TokenSigner(&*reloaded, &clock_).Verify(*token, "sg_0001", "book_flight", kFp).ok());
 
   // Another keyring file has another secret under the same key id.
   auto elsewhere = KeyRing::LoadOrCreate(dir_ + "/other.json", &clock_);
-  ASSERT_TRUE(elsewhere.ok());
+  ASSERT_OK(elsewhere);
   EXPECT_EQ(elsewhere->active_key_id(), "k1");
   Tally tally;
   tally.Refused(TokenSigner(&*elsewhere, &clock_).Open(*token), *token);
@@ -760,55 +759,55 @@ TEST_F(KeyRingFileTest, PersistsAndReloadsKeys) {
 
 TEST_F(KeyRingFileTest, RotationAndRetirementPersist) {
   auto ring = KeyRing::LoadOrCreate(path_, &clock_);
-  ASSERT_TRUE(ring.ok());
+  ASSERT_OK(ring);
   TokenSigner signer(&*ring, &clock_);
   auto old_token = signer.Mint("sg_0001", "book_flight", kFp, 60'000);
-  ASSERT_TRUE(old_token.ok());
+  ASSERT_OK(old_token);
   clock_.AdvanceMs(5);
   auto k2 = ring->Rotate();
-  ASSERT_TRUE(k2.ok()) << k2.status().ToString();
+  ASSERT_OK(k2);
   EXPECT_EQ(Mode(path_), 0600);
   auto new_token = signer.Mint("sg_0001", "book_flight", kFp, 60'000);
-  ASSERT_TRUE(new_token.ok());
+  ASSERT_OK(new_token);
 
   {
     auto reloaded = KeyRing::LoadOrCreate(path_, &clock_);
-    ASSERT_TRUE(reloaded.ok()) << reloaded.status().ToString();
+    ASSERT_OK(reloaded);
     EXPECT_EQ(reloaded->active_key_id(), "k2");
     ASSERT_EQ(reloaded->keys().size(), 2u);
     EXPECT_EQ(reloaded->keys()[1].created_at_ms, 1'700'000'000'005);
     TokenSigner s(&*reloaded, &clock_);
-    EXPECT_TRUE(s.Open(*old_token).ok());
-    EXPECT_TRUE(s.Open(*new_token).ok());
+    EXPECT_OK(s.Open(*old_token));
+    EXPECT_OK(s.Open(*new_token));
   }
 
-  ASSERT_TRUE(ring->Retire("k1").ok());
+  ASSERT_OK(ring->Retire("k1"));
   auto reloaded = KeyRing::LoadOrCreate(path_, &clock_);
-  ASSERT_TRUE(reloaded.ok()) << reloaded.status().ToString();
+  ASSERT_OK(reloaded);
   EXPECT_TRUE(reloaded->keys()[0].retired);
   TokenSigner s(&*reloaded, &clock_);
   Tally tally;
   tally.Refused(s.Open(*old_token), *old_token);
   tally.Report("retired key after reload", 1);
-  EXPECT_TRUE(s.Open(*new_token).ok());
+  EXPECT_OK(s.Open(*new_token));
   EXPECT_EQ(Mode(path_), 0600);
   EXPECT_EQ(DirEntries(), (std::vector<std::string>{"keys.json", "keys.json.lock"}));
 }
 
 TEST_F(KeyRingFileTest, ReloadSeesRetirementByAnotherProcess) {
   auto server = KeyRing::LoadOrCreate(path_, &clock_);
-  ASSERT_TRUE(server.ok());
+  ASSERT_OK(server);
   TokenSigner signer(&*server, &clock_);
   auto token = signer.Mint("sg_0001", "book_flight", kFp, 60'000);
-  ASSERT_TRUE(token.ok());
+  ASSERT_OK(token);
   {
     auto operator_ring = KeyRing::LoadOrCreate(path_, &clock_);
-    ASSERT_TRUE(operator_ring.ok());
-    ASSERT_TRUE(operator_ring->Rotate().ok());
-    ASSERT_TRUE(operator_ring->Retire("k1").ok());
+    ASSERT_OK(operator_ring);
+    ASSERT_OK(operator_ring->Rotate());
+    ASSERT_OK(operator_ring->Retire("k1"));
   }
-  EXPECT_TRUE(signer.Open(*token).ok());  // not yet reloaded
-  ASSERT_TRUE(server->Reload().ok());
+  EXPECT_OK(signer.Open(*token));  // not yet reloaded
+  ASSERT_OK(server->Reload());
   EXPECT_EQ(server->active_key_id(), "k2");
   Tally tally;
   tally.Refused(signer.Open(*token), *token);
@@ -824,13 +823,13 @@ TEST_F(KeyRingFileTest, RotationKeepsKeysAddedByAnotherProcess) {
   auto b = KeyRing::LoadOrCreate(path_, &clock_);
   ASSERT_TRUE(a.ok() && b.ok());
   auto from_a = a->Rotate();
-  ASSERT_TRUE(from_a.ok());
+  ASSERT_OK(from_a);
   EXPECT_EQ(*from_a, "k2");
   auto from_b = b->Rotate();  // b re-reads the file under the lock first
-  ASSERT_TRUE(from_b.ok());
+  ASSERT_OK(from_b);
   EXPECT_EQ(*from_b, "k3");
   auto reloaded = KeyRing::LoadOrCreate(path_, &clock_);
-  ASSERT_TRUE(reloaded.ok());
+  ASSERT_OK(reloaded);
   EXPECT_EQ(reloaded->keys().size(), 3u);
   EXPECT_EQ(reloaded->active_key_id(), "k3");
 }

@@ -21,6 +21,7 @@
 #include <gtest/gtest.h>
 
 #include "examples/travel_booking/providers.h"
+#include "tests/test_util.h"
 #include "tools/tool.h"
 
 #include "common/failpoint.h"
@@ -35,28 +36,7 @@ const char* const kExpectedSyntax =
     " (expected TOOL=MODE[@N], MODE one of fail, fail_times(K), reject, lose_request, "
     "lose_response, delay(MS), reprice)";
 
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "idem_travel_XXXXXX").string();
-    if (mkdtemp(tmpl.data()) == nullptr) {
-      ADD_FAILURE() << "mkdtemp failed for " << tmpl;
-      return;
-    }
-    path_ = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    if (!path_.empty()) fs::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
+using test::TempDir;
 
 ToolCall Call(const std::string& tool, const std::string& key, Json args = Json::object()) {
   ToolCall call;
@@ -180,30 +160,30 @@ class TravelProviderTest : public ::testing::Test {
 
   std::string Version(const std::string& provider, const std::string& resource) {
     Result<std::string> v = ledger_->ResourceVersion(provider, resource);
-    EXPECT_TRUE(v.ok()) << v.status().ToString();
+    EXPECT_OK(v);
     return v.ok() ? *v : "";
   }
 
   /// Effect rows of `tool` under `key`; -1 when the ledger cannot say.
   int Effects(const std::string& tool, const std::string& key) {
     Result<int> n = ledger_->CountEffects(tool, key);
-    EXPECT_TRUE(n.ok()) << n.status().ToString();
+    EXPECT_OK(n);
     return n.ok() ? *n : -1;
   }
   /// Effect rows under `key`, any tool.
   int AllEffects(const std::string& key) {
     Result<int> n = ledger_->CountEffects(key);
-    EXPECT_TRUE(n.ok()) << n.status().ToString();
+    EXPECT_OK(n);
     return n.ok() ? *n : -1;
   }
   int Attempts(const std::string& tool, const std::string& key) {
     Result<int> n = ledger_->CountCalls(tool, key);
-    EXPECT_TRUE(n.ok()) << n.status().ToString();
+    EXPECT_OK(n);
     return n.ok() ? *n : -1;
   }
   bool Barred(const std::string& provider, const std::string& key) {
     Result<bool> b = ledger_->IsBarred(provider, key);
-    EXPECT_TRUE(b.ok()) << b.status().ToString();
+    EXPECT_OK(b);
     return b.ok() && *b;
   }
 
@@ -213,7 +193,7 @@ class TravelProviderTest : public ::testing::Test {
                                     const std::string& key) {
     std::vector<std::string> out;
     Result<std::vector<LedgerCall>> calls = ledger_->Calls();
-    EXPECT_TRUE(calls.ok()) << calls.status().ToString();
+    EXPECT_OK(calls);
     if (!calls.ok()) return out;
     for (const auto& c : *calls) {
       if (c.provider == provider && c.operation == operation && c.idempotency_key == key) {
@@ -229,7 +209,7 @@ class TravelProviderTest : public ::testing::Test {
   std::vector<LedgerEffect> EffectRows(const std::string& tool, const std::string& key) {
     std::vector<LedgerEffect> out;
     Result<std::vector<LedgerEffect>> effects = ledger_->Effects();
-    EXPECT_TRUE(effects.ok()) << effects.status().ToString();
+    EXPECT_OK(effects);
     if (!effects.ok()) return out;
     for (const auto& e : *effects) {
       if (e.provider == ProviderOf(tool) && e.operation == OperationOf(tool) &&
@@ -242,7 +222,7 @@ class TravelProviderTest : public ::testing::Test {
 
   std::vector<DuplicateEffect> Duplicates() {
     Result<std::vector<DuplicateEffect>> d = ledger_->Duplicates();
-    EXPECT_TRUE(d.ok()) << d.status().ToString();
+    EXPECT_OK(d);
     return d.ok() ? *d : std::vector<DuplicateEffect>{};
   }
 
@@ -762,7 +742,7 @@ TEST_F(TravelProviderTest, CommitWithAnOldVersionIsStaleWithNoEffect) {
   ASSERT_EQ(p.resource_version, "v1");
   // Someone else changes the account between the preview and the commit.
   Result<std::string> bumped = ledger_->BumpVersion("payments", kAnaAccount);
-  ASSERT_TRUE(bumped.ok()) << bumped.status().ToString();
+  ASSERT_OK(bumped);
   EXPECT_EQ(*bumped, "v2");
   ToolOutcome o = Commit("payments.charge", "s1", "v1");
   EXPECT_EQ(o.kind, OutcomeKind::kFailed);
@@ -796,7 +776,7 @@ TEST_F(TravelProviderTest, AMovedFlightIsRepricedAndAStaleCommitBooksNothing) {
   ASSERT_TRUE(Register());
   PreviewOutcome p = Preview("flights.reserve", "r1");
   ASSERT_TRUE(p.ok) << p.error;
-  ASSERT_TRUE(ledger_->BumpVersion("flights", kLisNrt).ok());
+  ASSERT_OK(ledger_->BumpVersion("flights", kLisNrt));
   ToolOutcome o = Commit("flights.reserve", "r1", p.resource_version);
   EXPECT_EQ(o.kind, OutcomeKind::kFailed);
   EXPECT_TRUE(o.stale);
@@ -822,8 +802,8 @@ TEST_F(TravelProviderTest, AMovedFlightIsRepricedAndAStaleCommitBooksNothing) {
 
 TEST_F(TravelProviderTest, EmptyExpectedVersionIsAOnePhaseCallWithNoCheck) {
   ASSERT_TRUE(Register());
-  ASSERT_TRUE(ledger_->BumpVersion("payments", kAnaAccount).ok());
-  ASSERT_TRUE(ledger_->BumpVersion("flights", kLisNrt).ok());
+  ASSERT_OK(ledger_->BumpVersion("payments", kAnaAccount));
+  ASSERT_OK(ledger_->BumpVersion("flights", kLisNrt));
   for (const std::string tool : {"payments.charge", "flights.reserve"}) {
     SCOPED_TRACE(tool);
     ToolOutcome o = Invoke(tool, "e1");
@@ -844,7 +824,7 @@ TEST_F(TravelProviderTest, RepeatOfAnAppliedKeyReplaysWithoutAVersionCheck) {
   ASSERT_TRUE(p.ok) << p.error;
   ToolOutcome first = Commit("payments.charge", "d1", p.resource_version);
   ASSERT_EQ(first.kind, OutcomeKind::kSucceeded) << first.error;
-  ASSERT_TRUE(ledger_->BumpVersion("payments", kAnaAccount).ok());
+  ASSERT_OK(ledger_->BumpVersion("payments", kAnaAccount));
   // The effect is applied: a retry of the same commit replays it.
   ToolOutcome again = Commit("payments.charge", "d1", p.resource_version);
   ASSERT_EQ(again.kind, OutcomeKind::kSucceeded) << again.error;
@@ -944,7 +924,7 @@ TEST_F(TravelProviderTest, PreviewsNeverFaultNorCountForAtN) {
 
 TEST_F(TravelProviderTest, RegisterRefusesRepriceForAToolWithoutAPreview) {
   Result<FaultRule> rule = ParseFaultRule("hotels.book=reprice@1");
-  ASSERT_TRUE(rule.ok()) << rule.status().ToString();
+  ASSERT_OK(rule);
   options_.faults.push_back(*rule);
   Status s = RegisterTravelTools(registry_, options_);
   EXPECT_EQ(s.code(), Code::kInvalidArgument);
@@ -959,15 +939,15 @@ TEST_F(TravelProviderTest, VersionsAreDurableAndSharedByRegistries) {
   ASSERT_EQ(Invoke("payments.charge", "v1").kind, OutcomeKind::kSucceeded);
   // Another registration (another process, for the CLI) sees the moved account.
   ToolRegistry second;
-  ASSERT_TRUE(RegisterTravelTools(second, ProviderOptions{options_.ledger_path, 0, {}}).ok());
+  ASSERT_OK(RegisterTravelTools(second, ProviderOptions{options_.ledger_path, 0, {}}));
   PreviewOutcome p = second.Find("payments.charge")
                          ->Preview(Call("payments.charge", "v2", ArgsFor("payments.charge")));
   ASSERT_TRUE(p.ok) << p.error;
   EXPECT_EQ(p.resource_version, "v2");
   Result<std::shared_ptr<Ledger>> reopened = Ledger::Open(options_.ledger_path, false);
-  ASSERT_TRUE(reopened.ok());
+  ASSERT_OK(reopened);
   Result<std::string> v = (*reopened)->ResourceVersion("payments", kAnaAccount);
-  ASSERT_TRUE(v.ok()) << v.status().ToString();
+  ASSERT_OK(v);
   EXPECT_EQ(*v, "v2");
   EXPECT_EQ(Version("payments", "account/Nobody"), "v1");
 }
@@ -999,13 +979,13 @@ TEST_F(TravelProviderTest, ConcurrentCommitsAreNeverAppliedAfterTheVersionMoved)
       }
     });
   }
-  std::thread mover([&] { EXPECT_TRUE(ledger_->BumpVersion("payments", kAnaAccount).ok()); });
+  std::thread mover([&] { EXPECT_OK(ledger_->BumpVersion("payments", kAnaAccount)); });
   for (auto& th : threads) th.join();
   mover.join();
   EXPECT_EQ(other.load(), 0);
   EXPECT_EQ(applied.load() + stale.load(), kCommitters * kCommitsEach);
   Result<std::vector<LedgerCall>> calls = ledger_->Calls();
-  ASSERT_TRUE(calls.ok()) << calls.status().ToString();
+  ASSERT_OK(calls);
   bool seen_stale = false;
   for (const auto& c : *calls) {
     if (c.operation != "charge") continue;
@@ -1016,7 +996,7 @@ TEST_F(TravelProviderTest, ConcurrentCommitsAreNeverAppliedAfterTheVersionMoved)
     }
   }
   Result<std::vector<LedgerEffect>> effects = ledger_->Effects();
-  ASSERT_TRUE(effects.ok()) << effects.status().ToString();
+  ASSERT_OK(effects);
   EXPECT_EQ(static_cast<int>(effects->size()), applied.load());
   EXPECT_EQ(Version("payments", kAnaAccount), "v2");
 }
@@ -1232,7 +1212,7 @@ TEST_F(TravelProviderTest, EightThreadsOnTheSameKeysApplyEachKeyOnce) {
 TEST_F(TravelProviderTest, TwoRegistriesOnOneLedgerApplyEachKeyOnce) {
   ASSERT_TRUE(Register());
   ToolRegistry second;
-  ASSERT_TRUE(RegisterTravelTools(second, options_).ok());  // its own connection
+  ASSERT_OK(RegisterTravelTools(second, options_));  // its own connection
   std::atomic<int> failures{0};
   std::vector<std::thread> threads;
   for (int t = 0; t < kThreads; ++t) {
@@ -1298,7 +1278,7 @@ TEST(ProviderFaultRuleTest, ParsesValidRules) {
   for (const auto& c : cases) {
     SCOPED_TRACE(c.text);
     Result<FaultRule> r = ParseFaultRule(c.text);
-    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    ASSERT_OK(r);
     EXPECT_EQ(r->tool, c.tool);
     EXPECT_EQ(r->mode, c.mode);
     EXPECT_EQ(r->nth, c.nth);

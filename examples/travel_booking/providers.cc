@@ -222,38 +222,35 @@ Result<int> Ledger::CountEffects(const std::string& key) const {
   }
 }
 
-Result<int> Ledger::CountEffects(const std::string& tool, const std::string& key) const {
+namespace {
+
+/// Rows of `table` (effects or calls) for one provider operation and key.
+Result<int> CountRowsFor(LedgerAccess::Impl& impl, const char* table, const std::string& tool,
+                         const std::string& key) {
   auto [provider, operation] = SplitTool(tool);
-  std::lock_guard<std::mutex> lock(impl_->mu);
+  std::lock_guard<std::mutex> lock(impl.mu);
   try {
-    SQLite::Statement q(*impl_->db,
-                        "SELECT COUNT(*) FROM effects "
-                        "WHERE provider = ? AND operation = ? AND idempotency_key = ?");
+    SQLite::Statement q(*impl.db,
+                        std::string("SELECT COUNT(*) FROM ") + table +
+                            " WHERE provider = ? AND operation = ? AND idempotency_key = ?");
     q.bind(1, provider);
     q.bind(2, operation);
     q.bind(3, key);
     q.executeStep();
     return q.getColumn(0).getInt();
   } catch (const SQLite::Exception& e) {
-    return FromSqlite(e, "count effects");
+    return FromSqlite(e, std::string("count ") + table);
   }
 }
 
+}  // namespace
+
+Result<int> Ledger::CountEffects(const std::string& tool, const std::string& key) const {
+  return CountRowsFor(*impl_, "effects", tool, key);
+}
+
 Result<int> Ledger::CountCalls(const std::string& tool, const std::string& key) const {
-  auto [provider, operation] = SplitTool(tool);
-  std::lock_guard<std::mutex> lock(impl_->mu);
-  try {
-    SQLite::Statement q(*impl_->db,
-                        "SELECT COUNT(*) FROM calls "
-                        "WHERE provider = ? AND operation = ? AND idempotency_key = ?");
-    q.bind(1, provider);
-    q.bind(2, operation);
-    q.bind(3, key);
-    q.executeStep();
-    return q.getColumn(0).getInt();
-  } catch (const SQLite::Exception& e) {
-    return FromSqlite(e, "count calls");
-  }
+  return CountRowsFor(*impl_, "calls", tool, key);
 }
 
 Result<bool> Ledger::IsBarred(const std::string& provider, const std::string& key) const {

@@ -1,0 +1,211 @@
+#include "compensation/undo.h"
+
+#include "compensation/rollback.h"
+
+#include "common/failpoint.h"
+
+namespace idem::compensation {
+namespace {
+
+enum class UndoEnd { kUndone, kParked };
+
+// Undoes step `index` (succeeded, or compensating after a crash) with its
+// compensation: its own key, the compensation's retry policy and backoff.
+Result<UndoEnd> DriveUndo(SagaRun* run, int index) {
+  const StepSpec& spec = run->spec().steps[index];
+  const CompensationSpec& comp = *spec.compensate;
+  Tool* tool = run->tools().Find(comp.tool);
+  if (tool == nullptr) {
+    return Status::FailedPrecondition("tool \"" + comp.tool + "\" is not registered");
+  }
+  StepDrive d(index, &spec, tool, run->record().steps[index], run->step_state(index));
+  storage::StepRecord& st = d.st;
+  ToolOutcome& outcome = d.outcome;
+  const std::string key = CompensationKey(st.step_key);
+  const ToolInfo& info = tool->info();
+  bool same_key_safe = info.honours_keys || info.effect == EffectClass::kIdempotent ||
+                       info.effect == EffectClass::kRead;
+
+  auto args = run->ResolveArgs(comp.args, "steps[" + std::to_string(index) + "].compensate.args");
+
+  switch (d.state()) {
+    case StepState::kSucceeded: {
+      if (!args.ok()) {
+        return Status::Internal(args.status().message());  // the spec checker forbids this
+      }
+      IDEM_FAILPOINT("compensation.before_submitted");
+      IDEM_RETURN_IF_ERROR(d.Fire(StepEvent::kRollbackStarted));
+      st.comp_attempt = 1;
+      IDEM_RETURN_IF_ERROR(
+          run->CommitStep(d, "compensation_submitted",
+                          {{"attempt", st.comp_attempt}, {"key", key}, {"tool", comp.tool}}));
+      IDEM_FAILPOINT("compensation.after_submitted");
+      break;
+    }
+    case StepState::kCompensating: {
+      // Found after a crash: the undo may have happened.
+      if (info.has_status) {
+        LookupOutcome look = tool->Lookup(key);
+        if (look.kind == LookupKind::kApplied) {
+          outcome = ToolOutcome::Succeeded(look.result, look.external_ref);
+          IDEM_RETURN_IF_ERROR(d.Fire(StepEvent::kUndone));
+          break;
+        }
+      }
+      if (!same_key_safe && !info.has_status) {
+        st.error = "compensation outcome unknown after a crash and " + comp.tool +
+                   " has neither a status lookup nor idempotency keys";
+        IDEM_RETURN_IF_ERROR(d.Fire(StepEvent::kUndoFailed));
+        break;
+      }
+      d.queue.push_back(StepCommand::kCallCompensation);
+      break;
+    }
+    case StepState::kCompensated:
+      return UndoEnd::kUndone;
+    default:
+      return UndoEnd::kParked;
+  }
+  if (!args.ok()) return Status::Internal(args.status().message());
+
+  while (!d.queue.empty()) {
+    StepCommand cmd = d.queue.front();
+    d.queue.pop_front();
+    switch (cmd) {
+      case StepCommand::kCallCompensation: {
+        ToolCall call{comp.tool, key, *args, st.comp_attempt, run->saga_id(), st.step_id, ""};
+        IDEM_RETURN_IF_ERROR(run->Flush());
+        IDEM_RETURN_IF_ERROR(run->CheckLease());
+        outcome = tool->Invoke(call);
+        IDEM_FAILPOINT("compensation.after_call");
+        if (outcome.kind == OutcomeKind::kSucceeded) {
+          IDEM_RETURN_IF_ERROR(d.Fire(StepEvent::kUndone));
+          break;
+        }
+        st.error = outcome.error;
+        bool retry = st.comp_attempt < comp.retry.max_attempts &&
+                     ((outcome.kind == OutcomeKind::kFailed && outcome.retryable) ||
+                      (outcome.kind == OutcomeKind::kUnknown && same_key_safe));
+        if (!retry && outcome.kind == OutcomeKind::kUnknown && !same_key_safe) {
+          st.error = "compensation outcome unknown (" + outcome.error + ") and " + comp.tool +
+                     " cannot be retried safely";
+        } else if (!retry && st.comp_attempt >= comp.retry.max_attempts) {
+          st.error =
+              "gave up after " + std::to_string(st.comp_attempt) + " attempts: " + outcome.error;
+        }
+        IDEM_RETURN_IF_ERROR(d.Fire(StepEvent::kUndoFailed, StepFacts::WithRetryAllowed(retry)));
+        break;
+      }
+      case StepCommand::kScheduleUndoRetry: {
+        int64_t wait = comp.retry.BackoffMs(st.comp_attempt + 1, *run->rng());
+        run->clock()->SleepMs(wait);
+        ++st.comp_attempt;
+        IDEM_RETURN_IF_ERROR(run->CommitStep(d, "compensation_submitted",
+                                             {{"attempt", st.comp_attempt},
+                                              {"key", key},
+                                              {"retry_after_ms", wait},
+                                              {"previous_error", st.error}}));
+        IDEM_FAILPOINT("compensation.after_submitted");
+        d.queue.push_back(StepCommand::kCallCompensation);
+        break;
+      }
+      case StepCommand::kRecordUndone: {
+        st.comp_result = outcome.result;
+        st.error.clear();
+        storage::EffectRecord eff;
+        eff.saga_id = run->saga_id();
+        eff.step_id = st.step_id;
+        eff.kind = "compensation";
+        eff.tool = comp.tool;
+        eff.idempotency_key = key;
+        eff.result = outcome.result;
+        eff.external_ref = outcome.external_ref;
+        eff.at_ms = run->clock()->NowMs();
+        IDEM_RETURN_IF_ERROR(run->CommitStep(
+            d, "compensated", {{"attempt", st.comp_attempt}, {"result", outcome.result}}, {eff},
+            SagaRun::OutcomeDurability(info, st.comp_attempt)));
+        IDEM_FAILPOINT("compensation.after_outcome");
+        return UndoEnd::kUndone;
+      }
+      case StepCommand::kParkStep: {
+        IDEM_RETURN_IF_ERROR(run->CommitStep(d, "compensation_failed",
+                                             {{"attempt", st.comp_attempt}, {"reason", st.error}}));
+        return UndoEnd::kParked;
+      }
+      default:
+        return Status::Internal(std::string("unexpected undo command ") + StepCommandName(cmd));
+    }
+  }
+  return Status::Internal("undo drive ended without an outcome");
+}
+
+}  // namespace
+
+Result<std::optional<UndoMove>> UndoNextStep(SagaRun* run) {
+  const std::vector<storage::StepRecord>& steps = run->record().steps;
+  auto item = NextUndo(steps, run->compensable());
+  if (!item)
+    return std::optional<UndoMove>({SagaEvent::kUndoCompleted, SagaFacts::WithMoreSteps(false)});
+  int i = item->index;
+  if (item->action == UndoAction::kResolveFirst) {
+    auto d = run->BeginStep(i, /*rolling_back=*/true);
+    if (!d.ok()) return d.status();
+    auto end = run->SettleUncertain(&*d);
+    if (!end.ok()) return end.status();
+    if (*end == StepEnd::kParked) {
+      run->set_park_reason("rollback: step " + steps[i].step_id + ": " + steps[i].error);
+      return std::optional<UndoMove>({SagaEvent::kUndoParked, {}});
+    }
+    if (*end == StepEnd::kFailed) {
+      // Resolved as never applied: a null compensation, no undo call.
+      IDEM_RETURN_IF_ERROR(run->CommitJournal({run->Entry(
+          steps[i].step_id, "null_compensation", {{"reason", "the action never took effect"}})}));
+    }
+    // Succeeded or failed: look again (it may now need its compensation).
+    return std::optional<UndoMove>();
+  }
+  if (item->action == UndoAction::kParked) {
+    run->set_park_reason("rollback: step " + steps[i].step_id + ": " + steps[i].error);
+    return std::optional<UndoMove>({SagaEvent::kUndoParked, {}});
+  }
+  auto end = DriveUndo(run, i);
+  if (!end.ok()) return end.status();
+  if (*end == UndoEnd::kParked) {
+    run->set_park_reason("compensation of step " + steps[i].step_id + " failed: " + steps[i].error);
+    return std::optional<UndoMove>({SagaEvent::kUndoParked, {}});
+  }
+  bool more = NextUndo(steps, run->compensable()).has_value();
+  return std::optional<UndoMove>({SagaEvent::kUndoCompleted, SagaFacts::WithMoreSteps(more)});
+}
+
+Status ApplyUndoDecision(const Resolution& r, const std::string& compensation_tool, int64_t now_ms,
+                         storage::StepRecord* st, storage::WriteBatch* batch) {
+  const std::string key = CompensationKey(st->step_key);
+  switch (r.decision) {
+    case Decision::kUndone: {
+      st->error.clear();
+      storage::EffectRecord eff{
+          batch->saga_id,           st->step_id, "compensation", compensation_tool, key,
+          {{"resolved_by", r.who}}, "",          now_ms};
+      batch->effects.push_back(eff);
+      return Status::Ok();
+    }
+    case Decision::kRetryUndo: {
+      st->error.clear();
+      st->comp_attempt = 1;
+      storage::JournalEntry sub;
+      sub.saga_id = batch->saga_id;
+      sub.step_id = st->step_id;
+      sub.event = "compensation_submitted";
+      sub.data = {{"attempt", 1}, {"key", key}, {"by", r.who}};
+      sub.at_ms = now_ms;
+      batch->journal.push_back(sub);
+      return Status::Ok();
+    }
+    default:
+      return Status::InvalidArgument(std::string("decision \"") + DecisionName(r.decision) +
+                                     "\" is not about a compensation");
+  }
+}
+
+}  // namespace idem::compensation

@@ -1,0 +1,215 @@
+#include "preview_commit/two_phase.h"
+
+#include <vector>
+
+#include "saga/machines.h"
+
+#include "common/failpoint.h"
+
+namespace idem::preview_commit {
+
+using storage::JournalEntry;
+using storage::StepRecord;
+
+// Two-phase steps, from planned (arguments resolved), previewed or
+// awaiting_approval: preview, mint the commit token, wait for a person where
+// the spec asks, then spend the token in the same transaction as `submitted`.
+// kContinue leaves the next command (kCallTool or kRecordFailed) in the drive.
+Result<PhaseEnd> AdvanceTwoPhase(SagaRun* run, StepDrive* d) {
+  const StepSpec& spec = *d->spec;
+  StepRecord* st = &d->st;
+  const std::string& saga_id = run->saga_id();
+  const EngineOptions& options = run->options();
+  auto fail = [&](const std::string& why) -> Result<PhaseEnd> {
+    st->error = why;
+    IDEM_RETURN_IF_ERROR(d->Fire(StepEvent::kFailed));
+    return PhaseEnd::kContinue;
+  };
+  for (int round = 0; round < 2 * kMaxPreviews + 2; ++round) {
+    const PhaseRecord phase = PhaseRecord::FromJson(st->phase).value_or(PhaseRecord{});
+    switch (d->state()) {
+      case StepState::kPlanned: {
+        int previews = phase.previews + 1;
+        if (previews > kMaxPreviews) {
+          return fail("gave up after " + std::to_string(kMaxPreviews) +
+                      " previews: the preview kept going stale or expiring");
+        }
+        if (options.signer == nullptr) {
+          return Status::FailedPrecondition("step " + st->step_id +
+                                            " is two-phase but no token signer is configured");
+        }
+        ToolCall call{spec.tool, st->step_key, st->args, previews, saga_id, st->step_id, ""};
+        PreviewOutcome pv = d->tool->Preview(call);
+        for (int n = 2; !pv.ok && pv.retryable && n <= spec.retry.max_attempts + 2; ++n) {
+          run->clock()->SleepMs(spec.retry.BackoffMs(n, *run->rng()));
+          pv = d->tool->Preview(call);  // a preview has no effect: asking again is safe
+        }
+        IDEM_FAILPOINT("preview.after_call");
+        if (!pv.ok) return fail("preview failed: " + pv.error);
+        bool human = spec.approval == Approval::kHuman;
+        int64_t ttl = human ? spec.approval_ttl_ms : options.commit_token_ttl_ms;
+        TokenClaims claims;
+        auto token = options.signer->Mint(saga_id, st->step_id, st->args_fingerprint, ttl, &claims);
+        if (!token.ok()) return token.status();
+        PhaseRecord next;
+        next.preview = {pv.summary, pv.changes, pv.resource_version};
+        next.token = *token;
+        next.nonce = claims.nonce;
+        next.expires_ms = claims.expires_at_ms;
+        next.args_fingerprint = st->args_fingerprint;
+        next.previews = previews;
+        st->phase = next.ToJson();
+        IDEM_RETURN_IF_ERROR(d->Fire(StepEvent::kPreviewRecorded));
+        std::vector<JournalEntry> entries;
+        entries.push_back(run->Entry(st->step_id, "previewed",
+                                     {{"summary", pv.summary},
+                                      {"resource_version", pv.resource_version},
+                                      {"preview", previews}}));
+        if (human) {
+          IDEM_RETURN_IF_ERROR(d->Fire(StepEvent::kApprovalRequested));
+          entries.push_back(run->Entry(
+              st->step_id, "awaiting_approval",
+              {{"summary", pv.summary}, {"expires_at", FormatTimeMs(claims.expires_at_ms)}}));
+        }
+        IDEM_RETURN_IF_ERROR(run->CommitEntries(*d, std::move(entries)));
+        IDEM_FAILPOINT("preview.after_journal");
+        break;
+      }
+      case StepState::kPreviewed: {
+        if (run->clock()->NowMs() >= phase.expires_ms) {
+          IDEM_RETURN_IF_ERROR(d->Fire(StepEvent::kExpired));
+          IDEM_RETURN_IF_ERROR(
+              run->CommitEntries(*d, {run->Entry(st->step_id, "token_expired", {})}));
+          break;
+        }
+        if (options.signer == nullptr) {
+          return Status::FailedPrecondition("step " + st->step_id +
+                                            " is two-phase but no token signer is configured");
+        }
+        auto claims =
+            options.signer->Verify(phase.token, saga_id, st->step_id, Fingerprint(st->args));
+        if (!claims.ok()) return fail(claims.status().message());
+        ++st->attempt;
+        IDEM_RETURN_IF_ERROR(d->Fire(StepEvent::kTokenConsumed));
+        IDEM_RETURN_IF_ERROR(run->CommitEntries(
+            *d,
+            {run->Entry(st->step_id, "submitted",
+                        {{"attempt", st->attempt}, {"key", st->step_key}, {"tool", spec.tool}})},
+            claims->nonce));
+        IDEM_FAILPOINT("step.after_submitted");
+        return PhaseEnd::kContinue;
+      }
+      case StepState::kAwaitingApproval: {
+        if (!phase.approval) {
+          if (run->clock()->NowMs() < phase.expires_ms) return PhaseEnd::kWaiting;
+          bool re_preview = spec.on_expiry == Fallback::kRePreview;
+          if (!re_preview) st->error = "approval expired at " + FormatTimeMs(phase.expires_ms);
+          IDEM_RETURN_IF_ERROR(d->Fire(StepEvent::kExpired, StepFacts::WithRePreview(re_preview)));
+          if (d->state() == StepState::kFailed) return PhaseEnd::kContinue;  // kRecordFailed
+          IDEM_RETURN_IF_ERROR(run->CommitEntries(
+              *d, {run->Entry(st->step_id, "approval_expired", {{"then", "re_preview"}})}));
+          break;
+        }
+        const ApprovalRecord& approval = *phase.approval;
+        if (!approval.approved()) {
+          st->error = "rejected by " + approval.by + ": " + approval.note;
+          IDEM_RETURN_IF_ERROR(d->Fire(StepEvent::kRejected));
+          return PhaseEnd::kContinue;
+        }
+        // The approval checked the token; the arguments must still be the
+        // ones it was minted for.
+        if (Fingerprint(st->args) != phase.args_fingerprint) {
+          return fail(std::string(kMismatchedTokenMessage) +
+                      ": the arguments changed after the preview");
+        }
+        ++st->attempt;
+        IDEM_RETURN_IF_ERROR(d->Fire(StepEvent::kApproved));
+        IDEM_RETURN_IF_ERROR(run->CommitEntries(*d,
+                                                {run->Entry(st->step_id, "submitted",
+                                                            {{"attempt", st->attempt},
+                                                             {"key", st->step_key},
+                                                             {"tool", spec.tool},
+                                                             {"approved_by", approval.by}})},
+                                                phase.nonce));
+        IDEM_FAILPOINT("step.after_submitted");
+        return PhaseEnd::kContinue;
+      }
+      default:
+        return Status::Internal("two-phase step " + st->step_id + " is " +
+                                StepStateName(d->state()));
+    }
+  }
+  return Status::Internal("two-phase step " + st->step_id + " did not settle");
+}
+
+bool ApprovalSettled(const SagaRun& run, int64_t now_ms) {
+  bool settled = false;
+  for (int i = 0; i < run.step_count(); ++i) {
+    if (run.step_state(i) != StepState::kAwaitingApproval) continue;
+    auto phase = PhaseRecord::FromJson(run.record().steps[i].phase);
+    settled = phase && phase->Settled(now_ms);
+  }
+  return settled;
+}
+
+Result<ApprovalOutcome> RecordApproval(const TokenClaims& claims, const ApprovalDecision& d,
+                                       int64_t now_ms, const LoadedSaga& saga,
+                                       storage::WriteBatch* batch) {
+  const Status mismatch = Status::FailedPrecondition(std::string(kMismatchedTokenMessage));
+  const storage::SagaRecord& rec = saga.record;
+  int index = -1;
+  for (size_t i = 0; i < rec.steps.size(); ++i) {
+    if (rec.steps[i].step_id == claims.step_id) index = static_cast<int>(i);
+  }
+  if (index < 0) return mismatch;
+  StepRecord st = rec.steps[index];
+  auto phase = PhaseRecord::FromJson(st.phase);
+  if (!phase) return mismatch;
+  if (phase->nonce != claims.nonce) {
+    return Status::FailedPrecondition(
+        "commit token was superseded by a newer preview; decide on the current one");
+  }
+  const char* decision = d.approve ? ApprovalRecord::kApproved : ApprovalRecord::kRejected;
+  if (phase->approval) {
+    // Decided before: a replay, or a second process racing this one.
+    if (phase->approval->decision != decision) {
+      return Status::FailedPrecondition("commit was already " + phase->approval->decision + " by " +
+                                        phase->approval->by);
+    }
+    if (saga.state == SagaState::kRunning || saga.state == SagaState::kAwaitingApproval) {
+      return ApprovalOutcome::kReplayed;  // finish what a crash interrupted
+    }
+    return ApprovalOutcome::kFinished;
+  }
+  // The saga may still say running when its driver died between journaling
+  // the preview and parking the saga: the decision is just as valid.
+  const bool saga_waiting = saga.state == SagaState::kAwaitingApproval;
+  if (saga.steps[index] != StepState::kAwaitingApproval ||
+      (!saga_waiting && saga.state != SagaState::kRunning)) {
+    return Status::FailedPrecondition("step " + st.step_id + " is " + st.state +
+                                      ", not awaiting approval");
+  }
+  if (Fingerprint(st.args) != claims.args_fingerprint ||
+      phase->args_fingerprint != claims.args_fingerprint) {
+    return mismatch;
+  }
+  phase->approval = ApprovalRecord{decision, d.who, d.note, now_ms};
+  st.phase = phase->ToJson();
+  st.updated_ms = now_ms;
+  SagaMachine machine(SagaState::kAwaitingApproval);
+  auto cmds = machine.Fire(SagaEvent::kApprovalSettled);
+  if (!cmds.ok()) return cmds.status();
+  batch->saga_id = claims.saga_id;
+  if (saga_waiting) batch->saga_state = SagaStateName(machine.state());
+  batch->steps.push_back(st);
+  JournalEntry je;
+  je.saga_id = claims.saga_id;
+  je.step_id = st.step_id;
+  je.event = decision;
+  je.data = {{"by", d.who}, {"note", d.note}, {"token_key", claims.key_id}};
+  je.at_ms = now_ms;
+  batch->journal.push_back(je);
+  return ApprovalOutcome::kRecorded;
+}
+
+}  // namespace idem::preview_commit

@@ -1,0 +1,64 @@
+#pragma once
+// The two-phase protocol of a step: preview, commit token, approval, commit.
+//
+//   1. Preview (no effect), retried with backoff while it fails retryably;
+//      at most kMaxPreviews per step (stale commits and expiries count).
+//   2. A commit token is minted (preview_commit/token.h) and journaled with
+//      the preview in one batch (`previewed`, and `awaiting_approval` when
+//      the spec asks a person); the step's PhaseRecord holds both.
+//   3. Without approval the token is verified at once; with approval the
+//      saga waits (nothing held in memory) until RecordApproval journals a
+//      person's decision, or the token expires and `on_expiry` applies
+//      (re_preview, or rollback).
+//   4. The token's nonce is spent in the same transaction as `submitted`;
+//      the step core (saga/run.h) then calls the tool with the previewed
+//      resource version. A stale commit previews again (`on_stale`).
+//
+// Thread safety: none; the run belongs to the driving thread.
+
+#include <string>
+
+#include "preview_commit/phase.h"
+#include "preview_commit/token.h"
+#include "saga/decisions.h"
+#include "saga/run.h"
+#include "storage/store.h"
+
+#include "common/status.h"
+
+namespace idem::preview_commit {
+
+/// Previews of one step before it gives up (stale commits, expired tokens).
+inline constexpr int kMaxPreviews = 5;
+
+enum class PhaseEnd {
+  kContinue,  ///< the next command (kCallTool or kRecordFailed) is queued in the drive
+  kWaiting,   ///< the commit waits for a person: the drive ends
+};
+
+/// Advances a two-phase step from planned (arguments resolved), previewed or
+/// awaiting_approval. kFailedPrecondition without a token signer; store
+/// errors are returned.
+Result<PhaseEnd> AdvanceTwoPhase(SagaRun* run, StepDrive* d);
+
+/// For a saga awaiting approval: true when the approval of its waiting step
+/// was decided or has expired at `now_ms`, so its drive can go on.
+bool ApprovalSettled(const SagaRun& run, int64_t now_ms);
+
+/// What RecordApproval found.
+enum class ApprovalOutcome {
+  kRecorded,  ///< `batch` holds the decision: commit it, then drive the saga
+  kReplayed,  ///< decided so before and not finished: drive the saga on
+  kFinished,  ///< decided so before and finished: answer the saga as it is
+};
+
+/// Checks a person's decision on the commit that `claims` (an opened,
+/// genuine token) stands for against `saga`, loaded under its lease, and
+/// fills `batch` with the decision (who, when, why). kFailedPrecondition
+/// for a token minted for another step or arguments, superseded by a newer
+/// preview, already decided otherwise, or a step not awaiting approval.
+Result<ApprovalOutcome> RecordApproval(const TokenClaims& claims, const ApprovalDecision& d,
+                                       int64_t now_ms, const LoadedSaga& saga,
+                                       storage::WriteBatch* batch);
+
+}  // namespace idem::preview_commit

@@ -1,0 +1,230 @@
+#include "saga/drive.h"
+
+#include <deque>
+#include <optional>
+#include <string>
+
+#include "compensation/rollback.h"
+#include "compensation/undo.h"
+#include "preview_commit/two_phase.h"
+#include "saga/machines.h"
+
+#include "common/failpoint.h"
+
+namespace idem {
+namespace {
+
+// Fires a saga event; terminal, parked and waiting states are committed
+// here (the drive's last write), with the failpoints around the terminal
+// commit; a move to another running state is staged.
+Status FireSaga(SagaRun* run, SagaEvent event, std::deque<SagaCommand>* queue,
+                const SagaFacts& facts = {}) {
+  SagaMachine saga(run->state());
+  auto cmds = saga.Fire(event, facts);
+  if (!cmds.ok()) return cmds.status();
+  const SagaState next = saga.state();
+  const std::string event_name = std::string("saga_") + SagaStateName(next);
+  for (SagaCommand c : *cmds) {
+    if (c == SagaCommand::kRecordWaiting) {
+      IDEM_RETURN_IF_ERROR(run->CommitSagaState(next, "",
+                                                run->Entry("", event_name, Json::object()),
+                                                /*ends_drive=*/true, SagaRun::Durable::kNow));
+    } else if (c == SagaCommand::kRecordTerminal || c == SagaCommand::kRecordParked) {
+      // Why it ended anywhere but succeeded: kept on the saga for `status`.
+      std::string reason = next == SagaState::kSucceeded ? "" : run->park_reason();
+      Json data = Json::object();
+      if (!reason.empty()) data["reason"] = reason;
+      IDEM_FAILPOINT("saga.before_terminal");
+      IDEM_RETURN_IF_ERROR(run->CommitSagaState(next, reason, run->Entry("", event_name, data),
+                                                /*ends_drive=*/true, SagaRun::Durable::kNow));
+      IDEM_FAILPOINT("saga.after_terminal");
+    } else if (next != run->state()) {
+      Json data = Json::object();
+      std::string reason;
+      if (next == SagaState::kCompensating) {
+        reason = run->park_reason();
+        data["reason"] = reason;
+        Json skipped = Json::array();
+        for (int i : compensation::SkippedByRollback(run->record().steps, run->compensable())) {
+          skipped.push_back({{"step", run->record().steps[i].step_id},
+                             {"reason", run->spec().steps[i].no_compensation_reason}});
+        }
+        data["not_compensated"] = skipped;
+      }
+      // Durable with the next write before a call.
+      IDEM_RETURN_IF_ERROR(run->CommitSagaState(next, reason, run->Entry("", event_name, data),
+                                                /*ends_drive=*/false,
+                                                SagaRun::Durable::kWithNextFlush));
+      queue->push_back(c);
+    } else {
+      queue->push_back(c);
+    }
+  }
+  return Status::Ok();
+}
+
+// One drive of a forward step, until it ends or its commit went stale.
+Result<StepEnd> DriveStepOnce(SagaRun* run, int index) {
+  auto begun = run->BeginStep(index, /*rolling_back=*/false);
+  if (!begun.ok()) return begun.status();
+  StepDrive& d = *begun;
+  const StepSpec& spec = *d.spec;
+  switch (d.state()) {
+    case StepState::kSucceeded:
+      return StepEnd::kSucceeded;
+    case StepState::kFailed:
+      return StepEnd::kFailed;
+    case StepState::kNeedsAttention:
+      return StepEnd::kParked;
+    case StepState::kPlanned: {
+      auto args = run->ResolveArgs(spec.args, "steps[" + std::to_string(index) + "].args");
+      if (!args.ok()) {
+        d.st.error = args.status().message();
+        IDEM_RETURN_IF_ERROR(d.Fire(StepEvent::kFailed));
+        break;  // queue holds kRecordFailed
+      }
+      d.st.args = *args;
+      d.st.args_fingerprint = Fingerprint(d.st.args);
+      if (spec.two_phase) {
+        auto phase = preview_commit::AdvanceTwoPhase(run, &d);
+        if (!phase.ok()) return phase.status();
+        if (*phase == preview_commit::PhaseEnd::kWaiting) return StepEnd::kWaiting;
+        break;
+      }
+      ++d.st.attempt;  // 1, or one more after a person asked for a retry
+      IDEM_FAILPOINT("step.before_submitted");
+      IDEM_RETURN_IF_ERROR(d.Fire(StepEvent::kSubmitted));
+      IDEM_RETURN_IF_ERROR(run->CommitStep(d, "submitted",
+                                           {{"attempt", d.st.attempt},
+                                            {"key", d.st.step_key},
+                                            {"tool", spec.tool},
+                                            {"args_fingerprint", d.st.args_fingerprint}}));
+      IDEM_FAILPOINT("step.after_submitted");
+      break;
+    }
+    case StepState::kSubmitted:
+    case StepState::kUnknown:
+      return run->SettleUncertain(&d);
+    case StepState::kPreviewed:
+    case StepState::kAwaitingApproval: {
+      auto phase = preview_commit::AdvanceTwoPhase(run, &d);
+      if (!phase.ok()) return phase.status();
+      if (*phase == preview_commit::PhaseEnd::kWaiting) return StepEnd::kWaiting;
+      break;
+    }
+    default:
+      return Status::FailedPrecondition(std::string("step ") + d.st.step_id + " is " +
+                                        StepStateName(d.state()) + ", not runnable");
+  }
+  return run->RunCommands(&d);
+}
+
+// A forward step, driven until it ends (a stale commit previews again).
+Result<StepEnd> DriveStep(SagaRun* run, int index) {
+  for (;;) {
+    auto end = DriveStepOnce(run, index);
+    if (!end.ok() || *end != StepEnd::kStale) return end;
+  }
+}
+
+Status RunNextStep(SagaRun* run, std::deque<SagaCommand>* queue) {
+  const int n = run->step_count();
+  int i = 0;
+  while (i < n && run->step_state(i) == StepState::kSucceeded) ++i;
+  if (i == n)
+    return FireSaga(run, SagaEvent::kStepCompleted, queue, SagaFacts::WithMoreSteps(false));
+  auto end = DriveStep(run, i);
+  if (!end.ok()) return end.status();
+  const storage::StepRecord& st = run->record().steps[i];
+  switch (*end) {
+    case StepEnd::kSucceeded:
+      return FireSaga(run, SagaEvent::kStepCompleted, queue, SagaFacts::WithMoreSteps(i + 1 < n));
+    case StepEnd::kFailed:
+      run->set_park_reason("step " + st.step_id + " failed: " + st.error);
+      return FireSaga(run, SagaEvent::kStepFailed, queue,
+                      SagaFacts::WithEffectsToUndo(
+                          compensation::HasEffectsToUndo(run->record().steps, run->compensable())));
+    case StepEnd::kParked:
+      run->set_park_reason("step " + st.step_id + ": " + st.error);
+      return FireSaga(run, SagaEvent::kStepParked, queue);
+    case StepEnd::kWaiting:
+      return FireSaga(run, SagaEvent::kStepAwaitingApproval, queue);
+    case StepEnd::kStale:
+      break;  // DriveStep drives a stale commit again
+  }
+  return Status::Internal("unreachable");
+}
+
+Status DriveStates(SagaRun* run) {
+  std::deque<SagaCommand> queue;
+  switch (run->state()) {
+    case SagaState::kPending: {
+      SagaMachine saga(run->state());
+      auto cmds = saga.Fire(SagaEvent::kStarted);
+      if (!cmds.ok()) return cmds.status();
+      // Durable with the first step's `submitted`.
+      IDEM_RETURN_IF_ERROR(
+          run->CommitSagaState(saga.state(), "", run->Entry("", "saga_started", Json::object()),
+                               /*ends_drive=*/false, SagaRun::Durable::kWithNextFlush));
+      IDEM_FAILPOINT("saga.after_start");
+      queue.assign(cmds->begin(), cmds->end());
+      break;
+    }
+    case SagaState::kRunning:
+      queue.push_back(SagaCommand::kRunNextStep);
+      break;
+    case SagaState::kCompensating:
+      queue.push_back(SagaCommand::kUndoNextStep);
+      break;
+    case SagaState::kAwaitingApproval:
+      // Go on once the approval is decided or has expired; else nothing to do.
+      if (!preview_commit::ApprovalSettled(*run, run->clock()->NowMs())) return Status::Ok();
+      IDEM_RETURN_IF_ERROR(FireSaga(run, SagaEvent::kApprovalSettled, &queue));
+      break;
+    default:
+      return Status::Ok();  // terminal, parked or waiting: nothing to drive
+  }
+
+  while (!queue.empty()) {
+    if (run->Stopping()) return Status::Aborted("stopping: saga left between steps");
+    SagaCommand cmd = queue.front();
+    queue.pop_front();
+    switch (cmd) {
+      case SagaCommand::kRunNextStep: {
+        std::optional<std::string> cancel = run->TakeCancelRequest();
+        if (cancel) {
+          run->set_park_reason(*cancel);
+          IDEM_RETURN_IF_ERROR(FireSaga(run, SagaEvent::kCancelRequested, &queue));
+          break;
+        }
+        IDEM_RETURN_IF_ERROR(RunNextStep(run, &queue));
+        break;
+      }
+      case SagaCommand::kUndoNextStep: {
+        auto event = compensation::UndoNextStep(run);
+        if (!event.ok()) return event.status();
+        if (*event) {
+          IDEM_RETURN_IF_ERROR(FireSaga(run, (*event)->event, &queue, (*event)->facts));
+        } else {
+          queue.push_back(SagaCommand::kUndoNextStep);  // resolved: look again
+        }
+        break;
+      }
+      default:  // FireSaga commits terminal and parked states itself
+        return Status::Internal(std::string("unexpected saga command ") + SagaCommandName(cmd));
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status DriveSaga(SagaRun* run) {
+  Status s = DriveStates(run);
+  // What was staged is valid progress even when the drive stopped early
+  // (stopping, a lost lease refuses it, a tool not registered).
+  Status flushed = run->Flush();
+  return s.ok() ? flushed : s;
+}
+
+}  // namespace idem

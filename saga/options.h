@@ -1,0 +1,53 @@
+#pragma once
+// EngineOptions: how an Engine (saga/engine.h) drives sagas. Its own header
+// so that the drivers below the engine (saga/run.h, compensation/undo.h,
+// preview_commit/two_phase.h) are written against it without the engine.
+//
+// Thread safety: a value type; the engine reads it from every drive.
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+
+#include "storage/store.h"
+#include "tools/tool.h"
+
+#include "common/clock.h"
+
+namespace idem {
+namespace preview_commit {
+class TokenSigner;
+}  // namespace preview_commit
+
+struct EngineOptions {
+  Clock* clock = SystemClock::Get();
+  /// Seeds backoff jitter (per saga: seed ^ hash(saga id)).
+  uint64_t seed = 0x1de3;
+  /// Called after each journal entry commits, from the driving thread.
+  std::function<void(const storage::JournalEntry&)> observer;
+  /// Status lookups tried (with backoff) before an unknown outcome is parked.
+  int lookup_attempts = 5;
+  /// Backoff between status lookups.
+  RetryPolicy lookup_backoff{5, 50, 2'000};
+  /// Mints and checks commit tokens of two-phase steps. Not owned; required
+  /// only by sagas with two-phase steps (kFailedPrecondition without it).
+  const preview_commit::TokenSigner* signer = nullptr;
+  /// Lifetime of the commit token of a two-phase step without approval.
+  int64_t commit_token_ttl_ms = 3'600'000;
+  /// Leases: every drive of a saga holds its lease (renewed in the
+  /// background every lease_ms / 3) and every write is fenced on its epoch.
+  /// `owner` names this engine in the store (default: a fresh id).
+  std::string owner;
+  int64_t lease_ms = 30'000;
+  /// False where one process alone drives the journal (the CLI on the
+  /// embedded store holds a file lock instead): then a lease left by a
+  /// process that died must not delay its recovery, and none is taken.
+  bool use_leases = true;
+  /// When set and true, drives stop between steps (the current step
+  /// finishes) and give their leases back: a worker's graceful shutdown.
+  const std::atomic<bool>* stop = nullptr;
+};
+
+}  // namespace idem

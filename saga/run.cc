@@ -1,0 +1,443 @@
+#include "saga/run.h"
+
+#include <algorithm>
+#include <functional>
+
+#include "preview_commit/phase.h"
+
+#include "common/failpoint.h"
+
+namespace idem {
+
+using storage::JournalEntry;
+using storage::StepRecord;
+using storage::WriteBatch;
+
+namespace {
+
+// Total attempts allowed when each resend follows a status lookup that
+// confirmed the key was not applied (see ResolveUnknown).
+constexpr int kMaxConfirmedAbsentAttempts = 5;
+
+// Whether losing a record of the tool's call in a crash leaves only what the
+// `submitted` before it did: a state a status lookup or a same-key resend
+// settles without a person.
+bool SettledWithoutAPerson(const ToolInfo& info) { return info.honours_keys || info.has_status; }
+
+}  // namespace
+
+Result<LoadedSaga> LoadedSaga::From(storage::SagaRecord record) {
+  LoadedSaga out;
+  auto state = ParseSagaState(record.summary.state);
+  if (!state) {
+    return Status::Internal("saga " + record.summary.saga_id + " has an unknown state \"" +
+                            record.summary.state + "\"");
+  }
+  out.state = *state;
+  for (const StepRecord& st : record.steps) {
+    auto s = ParseStepState(st.state);
+    if (!s) return Status::Internal("step has an unknown state \"" + st.state + "\"");
+    out.steps.push_back(*s);
+  }
+  out.record = std::move(record);
+  return out;
+}
+
+Status StepDrive::Fire(StepEvent e, const StepFacts& facts) {
+  auto cmds = m.Fire(e, facts);
+  if (!cmds.ok()) return cmds.status();
+  queue.insert(queue.end(), cmds->begin(), cmds->end());
+  return Status::Ok();
+}
+
+SagaRun::SagaRun(storage::Store* store, const ToolRegistry* tools, const EngineOptions& options,
+                 LoadedSaga saga, SagaSpec spec)
+    : store_(store),
+      tools_(tools),
+      options_(options),
+      rec_(std::move(saga.record)),
+      state_(saga.state),
+      step_states_(std::move(saga.steps)),
+      spec_(std::move(spec)),
+      rng_(options.seed ^ std::hash<std::string>()(rec_.summary.saga_id)) {
+  for (const StepSpec& s : spec_.steps) compensable_.push_back(s.compensate.has_value());
+  park_reason_ = rec_.summary.reason;  // a resumed rollback keeps its cause
+}
+
+Status SagaRun::CheckLease() const {
+  if (lease_lost_ != nullptr && lease_lost_->load()) {
+    return Status::Aborted("lease lost: another worker may drive saga " + rec_.summary.saga_id);
+  }
+  return Status::Ok();
+}
+
+// ---- journal
+
+SagaRun::Durable SagaRun::OutcomeDurability(const ToolInfo& info, int attempt) {
+  return attempt == 1 && SettledWithoutAPerson(info) ? Durable::kWithNextFlush : Durable::kNow;
+}
+
+SagaRun::Durable SagaRun::UnknownDurability(const ToolInfo& info) {
+  return SettledWithoutAPerson(info) ? Durable::kWithNextFlush : Durable::kNow;
+}
+
+JournalEntry SagaRun::Entry(const std::string& step_id, const std::string& event, Json data) const {
+  JournalEntry e;
+  e.saga_id = rec_.summary.saga_id;
+  e.step_id = step_id;
+  e.event = event;
+  e.data = std::move(data);
+  e.at_ms = options_.clock->NowMs();
+  return e;
+}
+
+// Writes are staged, then flushed in one transaction. Commit is
+// Stage + Flush; a batch staged alone becomes durable with the next flush,
+// which comes before any call to the outside world (every `submitted` is
+// flushed at once), before a drive ends, and at terminal states. Only writes
+// whose loss a recovery settles without a person are staged alone (see
+// OutcomeDurability).
+Status SagaRun::Commit(WriteBatch batch) {
+  Stage(std::move(batch));
+  return Flush();
+}
+
+void SagaRun::Stage(WriteBatch batch) {
+  for (StepRecord& st : batch.steps) {
+    rec_.steps[st.index] = st;
+    auto same = std::find_if(staged_.steps.begin(), staged_.steps.end(),
+                             [&](const StepRecord& s) { return s.index == st.index; });
+    if (same != staged_.steps.end()) {
+      *same = std::move(st);
+    } else {
+      staged_.steps.push_back(std::move(st));
+    }
+  }
+  if (batch.saga_state) {
+    rec_.summary.state = *batch.saga_state;
+    rec_.summary.reason = batch.saga_reason;
+    staged_.saga_state = std::move(batch.saga_state);
+    staged_.saga_reason = std::move(batch.saga_reason);
+  }
+  for (JournalEntry& e : batch.journal) staged_.journal.push_back(std::move(e));
+  for (storage::EffectRecord& e : batch.effects) staged_.effects.push_back(std::move(e));
+  staged_.release_lease |= batch.release_lease;
+  if (!batch.consume_token.empty()) {
+    // One token per batch; every batch that spends one is flushed at once.
+    staged_.consume_token = std::move(batch.consume_token);
+    staged_.consume_token_step = std::move(batch.consume_token_step);
+  }
+  has_staged_ = true;
+}
+
+Status SagaRun::Flush() {
+  if (!has_staged_) return Status::Ok();
+  if (released_) return Status::Internal("a write after the drive gave its lease up");
+  WriteBatch batch = std::move(staged_);
+  staged_ = WriteBatch();
+  has_staged_ = false;
+  batch.saga_id = rec_.summary.saga_id;
+  batch.fence_epoch = fence_epoch_;
+  IDEM_RETURN_IF_ERROR(store_->Commit(batch));
+  released_ = batch.release_lease;
+  if (options_.observer) {
+    for (const JournalEntry& e : batch.journal) options_.observer(e);
+  }
+  return Status::Ok();
+}
+
+WriteBatch SagaRun::StepBatch(const StepDrive& d) {
+  StepRecord copy = d.st;
+  copy.state = StepStateName(d.state());
+  copy.updated_ms = options_.clock->NowMs();
+  step_states_[d.index] = d.state();
+  WriteBatch b;
+  b.steps.push_back(std::move(copy));
+  return b;
+}
+
+Status SagaRun::CommitStep(const StepDrive& d, const std::string& event, Json data,
+                           std::vector<storage::EffectRecord> effects, Durable durable) {
+  WriteBatch b = StepBatch(d);
+  b.journal.push_back(Entry(d.st.step_id, event, std::move(data)));
+  b.effects = std::move(effects);
+  if (durable == Durable::kWithNextFlush) {
+    Stage(std::move(b));
+    return Status::Ok();
+  }
+  return Commit(std::move(b));
+}
+
+Status SagaRun::CommitEntries(const StepDrive& d, std::vector<JournalEntry> entries,
+                              const std::string& consume_nonce) {
+  WriteBatch b = StepBatch(d);
+  b.journal = std::move(entries);
+  b.consume_token = consume_nonce;
+  if (!consume_nonce.empty()) b.consume_token_step = d.st.step_id;
+  return Commit(std::move(b));
+}
+
+Status SagaRun::CommitJournal(std::vector<JournalEntry> entries) {
+  WriteBatch b;
+  b.journal = std::move(entries);
+  return Commit(std::move(b));
+}
+
+Status SagaRun::CommitSagaState(SagaState next, const std::string& reason, JournalEntry entry,
+                                bool ends_drive, Durable durable) {
+  state_ = next;
+  WriteBatch b;
+  b.saga_state = SagaStateName(next);
+  b.saga_reason = reason;
+  b.journal.push_back(std::move(entry));
+  b.release_lease = ends_drive && fence_epoch_ != 0;
+  if (durable == Durable::kWithNextFlush) {
+    Stage(std::move(b));
+    return Status::Ok();
+  }
+  return Commit(std::move(b));
+}
+
+Status SagaRun::ParkAfterFault(const std::string& reason) {
+  if (released_ || IsTerminal(state_) || state_ == SagaState::kNeedsAttention ||
+      state_ == SagaState::kAwaitingApproval) {
+    return Status::Ok();  // the drive had ended: nothing to park
+  }
+  // Through the saga machine like any park: a step (or an undo) needs a person.
+  SagaMachine saga(state_);
+  auto cmds = saga.Fire(state_ == SagaState::kCompensating ? SagaEvent::kUndoParked
+                                                           : SagaEvent::kStepParked);
+  if (!cmds.ok()) return cmds.status();
+  park_reason_ = reason;
+  return CommitSagaState(
+      saga.state(), reason,
+      Entry("", std::string("saga_") + SagaStateName(saga.state()), {{"reason", reason}}),
+      /*ends_drive=*/true, Durable::kNow);
+}
+
+// ---- steps
+
+Result<StepDrive> SagaRun::BeginStep(int index, bool rolling_back) {
+  const StepSpec& spec = spec_.steps[index];
+  Tool* tool = tools_->Find(spec.tool);
+  if (tool == nullptr) {
+    return Status::FailedPrecondition("tool \"" + spec.tool + "\" is not registered");
+  }
+  StepDrive d(index, &spec, tool, rec_.steps[index], step_states_[index]);
+  d.rolling_back = rolling_back;
+  d.inherited =
+      taken_over_ && (d.state() == StepState::kSubmitted || d.state() == StepState::kUnknown);
+  return d;
+}
+
+Result<Json> SagaRun::ResolveArgs(const Json& templ, const std::string& where) const {
+  Json steps = Json::object();
+  for (const StepRecord& st : rec_.steps) {
+    steps[st.step_id] = {{"args", st.args}, {"result", st.result}};
+  }
+  return ResolveTemplates(templ, {{"input", rec_.input}, {"steps", steps}}, where);
+}
+
+Result<StepEnd> SagaRun::SettleUncertain(StepDrive* d) {
+  switch (d->state()) {
+    case StepState::kSubmitted: {
+      // Found after a crash: the call may have happened.
+      d->outcome = ToolOutcome::Unknown("recovered: submitted without a recorded outcome");
+      IDEM_RETURN_IF_ERROR(d->Fire(StepEvent::kOutcomeUnknown));
+      IDEM_RETURN_IF_ERROR(CommitStep(*d, "unknown", {{"reason", d->outcome.error}}, {},
+                                      UnknownDurability(d->tool->info())));
+      IDEM_FAILPOINT("unknown.after_recorded");
+      break;
+    }
+    case StepState::kUnknown:
+      d->outcome = ToolOutcome::Unknown("recovered: outcome unknown");
+      d->queue.push_back(StepCommand::kResolveOutcome);
+      break;
+    default:
+      return Status::Internal(std::string("step ") + d->st.step_id + " is " +
+                              StepStateName(d->state()) + ", not uncertain");
+  }
+  return RunCommands(d);
+}
+
+// A definite failure: keyed retry where policy and the tool allow it.
+// Write tools retry at most once, and only when the tool honours keys or a
+// status lookup confirms the key was not applied.
+StepFacts SagaRun::ClassifyFailure(const StepDrive& d, const ToolOutcome& outcome) {
+  if (d.rolling_back || !outcome.retryable || d.st.attempt >= d.spec->retry.max_attempts) {
+    return StepFacts::WithRetryAllowed(false);
+  }
+  const ToolInfo& info = d.tool->info();
+  bool write = info.effect == EffectClass::kWrite || info.effect == EffectClass::kIrreversible;
+  if (!write || info.honours_keys) return StepFacts::WithRetryAllowed(true);
+  if (info.has_status) {
+    LookupOutcome look = d.tool->Lookup(d.st.step_key);
+    if (look.kind == LookupKind::kNotApplied) return StepFacts::WithRetryAllowed(true);
+  }
+  return StepFacts::WithRetryAllowed(false);
+}
+
+// An unknown outcome: status lookup, else a same-key retry where the tool
+// honours keys, else a person. Never a fresh call.
+StepEvent SagaRun::ResolveUnknown(StepDrive* d) {
+  const ToolInfo& info = d->tool->info();
+  StepRecord* st = &d->st;
+  ToolOutcome* out = &d->outcome;
+  bool attempts_left = st->attempt < std::max(d->spec->retry.max_attempts, 2);
+  if (info.has_status) {
+    std::string last_error;
+    for (int n = 1; n <= options_.lookup_attempts; ++n) {
+      LookupOutcome look = d->tool->Lookup(st->step_key);
+      if (look.kind == LookupKind::kApplied) {
+        *out = ToolOutcome::Succeeded(look.result, look.external_ref);
+        out->error = "resolved_by_status";
+        return StepEvent::kResolvedApplied;
+      }
+      if (look.kind == LookupKind::kNotApplied && d->inherited && !info.honours_keys) {
+        // Another worker submitted this step and lost its lease; it may be
+        // frozen with its call still on the way. The provider does not
+        // deduplicate keys, so "not applied yet" is no proof: a resend could
+        // book twice. A person decides (resolve --decision retry/...).
+        st->error = "taken over from a worker whose call to " + info.name +
+                    " may still land, and the tool does not deduplicate keys: check key " +
+                    st->step_key;
+        return StepEvent::kUnresolvable;
+      }
+      if (look.kind == LookupKind::kNotApplied) {
+        // The provider says the key never took effect, so a same-key resend
+        // cannot duplicate it. Attempts burnt by crashes between `submitted`
+        // and the call must not end the saga: allow resends up to a hard cap.
+        bool resend_ok = attempts_left || st->attempt < kMaxConfirmedAbsentAttempts;
+        if (!d->rolling_back && resend_ok) return StepEvent::kResolvedRetry;
+        st->error = "status lookup: key " + st->step_key + " was not applied";
+        return StepEvent::kResolvedNotApplied;
+      }
+      last_error = look.error;
+      if (n < options_.lookup_attempts) {
+        options_.clock->SleepMs(options_.lookup_backoff.BackoffMs(n + 1, rng_));
+      }
+    }
+    st->error = "outcome unknown; status lookup kept failing: " + last_error;
+    return StepEvent::kUnresolvable;
+  }
+  if (info.honours_keys || info.effect == EffectClass::kRead ||
+      info.effect == EffectClass::kIdempotent) {
+    if (attempts_left) return StepEvent::kResolvedRetry;
+    st->error = "outcome still unknown after " + std::to_string(st->attempt) +
+                " same-key attempts: " + out->error;
+    return StepEvent::kUnresolvable;
+  }
+  st->error = "outcome unknown (" + out->error + ") and tool " + info.name +
+              " has neither a status lookup nor idempotency keys: a person must check key " +
+              st->step_key;
+  return StepEvent::kUnresolvable;
+}
+
+Result<StepEnd> SagaRun::RunCommands(StepDrive* d) {
+  const StepSpec& spec = *d->spec;
+  StepRecord& st = d->st;
+  ToolOutcome& outcome = d->outcome;
+  while (!d->queue.empty()) {
+    StepCommand cmd = d->queue.front();
+    d->queue.pop_front();
+    switch (cmd) {
+      case StepCommand::kCallTool: {
+        ToolCall call{spec.tool,  st.step_key, st.args, st.attempt, rec_.summary.saga_id,
+                      st.step_id, ""};
+        if (spec.two_phase) {
+          if (auto phase = preview_commit::PhaseRecord::FromJson(st.phase)) {
+            call.expected_version = phase->preview.resource_version;
+          }
+        }
+        IDEM_RETURN_IF_ERROR(Flush());  // normally done by `submitted`
+        IDEM_RETURN_IF_ERROR(CheckLease());
+        d->inherited = false;  // from here on the uncertainty is this drive's own
+        outcome = d->tool->Invoke(call);
+        IDEM_FAILPOINT("step.after_call");
+        if (outcome.kind == OutcomeKind::kFailed && outcome.stale && spec.two_phase &&
+            spec.on_stale == Fallback::kRePreview && !d->rolling_back) {
+          // The previewed resource moved: never a blind commit. Preview again
+          // (and, with approval, ask the person again).
+          st.error = outcome.error;
+          IDEM_RETURN_IF_ERROR(d->Fire(StepEvent::kStaleRePreview));
+          IDEM_RETURN_IF_ERROR(CommitStep(*d, "stale", {{"error", outcome.error}}));
+          return StepEnd::kStale;
+        }
+        switch (outcome.kind) {
+          case OutcomeKind::kSucceeded:
+            IDEM_RETURN_IF_ERROR(d->Fire(StepEvent::kSucceeded));
+            break;
+          case OutcomeKind::kFailed:
+            st.error = outcome.error;
+            IDEM_RETURN_IF_ERROR(d->Fire(StepEvent::kFailed, ClassifyFailure(*d, outcome)));
+            break;
+          case OutcomeKind::kUnknown:
+            st.error = outcome.error;
+            IDEM_RETURN_IF_ERROR(d->Fire(StepEvent::kOutcomeUnknown));
+            IDEM_RETURN_IF_ERROR(CommitStep(*d, "unknown", {{"reason", outcome.error}}, {},
+                                            UnknownDurability(d->tool->info())));
+            IDEM_FAILPOINT("unknown.after_recorded");
+            break;
+        }
+        break;
+      }
+      case StepCommand::kResolveOutcome:
+        IDEM_RETURN_IF_ERROR(d->Fire(ResolveUnknown(d)));
+        break;
+      case StepCommand::kScheduleRetry: {
+        // Back off after the provider refused; a resend that only settles
+        // an uncertain outcome (lookup said not applied, or a keyed tool
+        // after a crash) has nothing to wait for.
+        int64_t wait =
+            outcome.kind == OutcomeKind::kFailed ? spec.retry.BackoffMs(st.attempt + 1, rng_) : 0;
+        options_.clock->SleepMs(wait);
+        ++st.attempt;
+        IDEM_RETURN_IF_ERROR(CommitStep(*d, "submitted",
+                                        {{"attempt", st.attempt},
+                                         {"key", st.step_key},
+                                         {"retry_after_ms", wait},
+                                         {"previous_error", st.error}}));
+        IDEM_FAILPOINT("step.after_submitted");
+        d->queue.push_back(StepCommand::kCallTool);
+        break;
+      }
+      case StepCommand::kRecordSucceeded: {
+        st.result = outcome.result;
+        st.external_ref = outcome.external_ref;
+        bool by_status = outcome.error == "resolved_by_status";
+        st.error.clear();
+        storage::EffectRecord eff;
+        eff.saga_id = rec_.summary.saga_id;
+        eff.step_id = st.step_id;
+        eff.kind = "action";
+        eff.tool = spec.tool;
+        eff.idempotency_key = st.step_key;
+        eff.result = st.result;
+        eff.external_ref = st.external_ref;
+        eff.at_ms = options_.clock->NowMs();
+        Json data = {{"attempt", st.attempt}, {"result", st.result}};
+        if (!st.external_ref.empty()) data["external_ref"] = st.external_ref;
+        if (by_status) data["resolved_by"] = "status_lookup";
+        IDEM_RETURN_IF_ERROR(CommitStep(*d, "succeeded", data, {eff},
+                                        OutcomeDurability(d->tool->info(), st.attempt)));
+        IDEM_FAILPOINT("step.after_outcome");
+        return StepEnd::kSucceeded;
+      }
+      case StepCommand::kRecordFailed: {
+        IDEM_RETURN_IF_ERROR(
+            CommitStep(*d, "failed", {{"attempt", st.attempt}, {"error", st.error}}));
+        IDEM_FAILPOINT("step.after_outcome");
+        return StepEnd::kFailed;
+      }
+      case StepCommand::kParkStep: {
+        IDEM_RETURN_IF_ERROR(CommitStep(*d, "needs_attention", {{"reason", st.error}}));
+        return StepEnd::kParked;
+      }
+      default:
+        return Status::Internal(std::string("unexpected step command ") + StepCommandName(cmd));
+    }
+  }
+  return Status::Internal("step drive ended without an outcome");
+}
+
+}  // namespace idem

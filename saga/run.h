@@ -1,0 +1,229 @@
+#pragma once
+// SagaRun: one drive of one saga, and the step-execution core that the
+// three drivers share: the forward driver (saga/drive.h), the two-phase
+// driver (preview_commit/two_phase.h) and the undo driver
+// (compensation/undo.h).
+//
+// The core owns what every driver needs the same way:
+//   - the saga as loaded (LoadedSaga: its states converted from the store's
+//     strings once, back to strings only in the batches it writes);
+//   - journal staging (docs/architecture.md, "Staged writes"): a write is
+//     staged or committed at once; Flush writes what is staged in one
+//     transaction, fenced on the drive's lease, and reports the journal to
+//     the observer once it is durable;
+//   - argument templates and their context;
+//   - a step's command loop: calling the tool with the step key, classifying
+//     a definite failure (keyed retry or final), and resolving an unknown
+//     outcome (status lookup, same-key resend, or a person), never turning
+//     an uncertain outcome into a fresh call.
+//
+// Thread safety: none; one run belongs to one driving thread. The run keeps
+// pointers to the store, the tools and the options, which must outlive it.
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <optional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "saga/machines.h"
+#include "saga/options.h"
+#include "saga/spec.h"
+#include "saga/states.h"
+#include "storage/store.h"
+#include "tools/tool.h"
+
+#include "common/status.h"
+
+namespace idem {
+
+/// A saga as loaded from the store, with its states typed.
+struct LoadedSaga {
+  storage::SagaRecord record;  ///< as stored (state strings included)
+  SagaState state = SagaState::kPending;
+  std::vector<StepState> steps;  ///< by index, the states of record.steps
+
+  /// Converts the stored state names once. kInternal for a name that is not
+  /// a state (a journal this build cannot read).
+  static Result<LoadedSaga> From(storage::SagaRecord record);
+};
+
+/// How a step's drive ended.
+enum class StepEnd {
+  kSucceeded,
+  kFailed,
+  kParked,   ///< needs_attention
+  kWaiting,  ///< a two-phase commit waits for a person
+  kStale,    ///< a two-phase commit found its preview stale: drive it again
+};
+
+/// One step being driven: the working copy of its row, its machine and the
+/// commands the machine emitted that are still to be carried out. The row's
+/// `state` string is stale: the machine holds the state, written to the row
+/// only in a batch.
+struct StepDrive {
+  StepDrive(int index, const StepSpec* spec, Tool* tool, storage::StepRecord row, StepState state)
+      : index(index), spec(spec), tool(tool), st(std::move(row)), m(state) {}
+
+  int index;
+  const StepSpec* spec;
+  Tool* tool;
+  storage::StepRecord st;
+  StepMachine m;
+  std::deque<StepCommand> queue;
+  ToolOutcome outcome;
+  /// The uncertain call was made by a previous driver that may still be
+  /// alive (SagaRun::MarkTakenOver), not by this drive.
+  bool inherited = false;
+  bool rolling_back = false;
+
+  StepState state() const { return m.state(); }
+  /// Moves the machine on `e` in the situation `facts` and queues the
+  /// commands it emits. kIllegalTransition (nothing changed) if the table
+  /// refuses it.
+  Status Fire(StepEvent e, const StepFacts& facts = {});
+};
+
+class SagaRun {
+ public:
+  SagaRun(storage::Store* store, const ToolRegistry* tools, const EngineOptions& options,
+          LoadedSaga saga, SagaSpec spec);
+  SagaRun(const SagaRun&) = delete;
+  SagaRun& operator=(const SagaRun&) = delete;
+
+  // ---- the drive's lease
+
+  /// Fences every write on `epoch`; `lost` turns true when the lease keeper
+  /// fails to renew (no tool is called after that).
+  void Fence(int64_t epoch, const std::atomic<bool>* lost) {
+    fence_epoch_ = epoch;
+    lease_lost_ = lost;
+  }
+  bool leased() const { return fence_epoch_ != 0; }
+  /// True once the drive's last write gave the lease up with it (a
+  /// terminal, parked or waiting saga state under a lease).
+  bool released() const { return released_; }
+  /// The saga's previous driver may still be alive (a shared store with
+  /// leases): a step it left `submitted` may have a call still in flight.
+  void MarkTakenOver() { taken_over_ = true; }
+  /// Asked between steps of a running saga: a reason turns it into a
+  /// rollback (the step in progress has finished).
+  void CancelWhen(std::function<std::optional<std::string>()> requested) {
+    cancel_requested_ = std::move(requested);
+  }
+  /// The reason of a cancel request for this saga, taken (or nullopt).
+  std::optional<std::string> TakeCancelRequest() const {
+    return cancel_requested_ ? cancel_requested_() : std::nullopt;
+  }
+  /// Before any call to the outside world: kAborted once the lease is lost.
+  Status CheckLease() const;
+  /// True when the engine is asked to stop between steps.
+  bool Stopping() const { return options_.stop != nullptr && options_.stop->load(); }
+
+  // ---- the saga
+
+  /// The record as durable or staged (state strings included).
+  const storage::SagaRecord& record() const { return rec_; }
+  const std::string& saga_id() const { return rec_.summary.saga_id; }
+  SagaState state() const { return state_; }
+  StepState step_state(int index) const { return step_states_[index]; }
+  int step_count() const { return static_cast<int>(rec_.steps.size()); }
+  const SagaSpec& spec() const { return spec_; }
+  /// compensable()[i]: step i has a compensation.
+  const std::vector<bool>& compensable() const { return compensable_; }
+  const EngineOptions& options() const { return options_; }
+  const ToolRegistry& tools() const { return *tools_; }
+  Clock* clock() const { return options_.clock; }
+  /// Backoff jitter, seeded per saga.
+  std::mt19937_64* rng() { return &rng_; }
+  /// Why the saga rolls back, parks or fails (kept on the saga's record).
+  const std::string& park_reason() const { return park_reason_; }
+  void set_park_reason(std::string reason) { park_reason_ = std::move(reason); }
+
+  // ---- journal
+
+  enum class Durable { kNow, kWithNextFlush };
+  /// A step's `succeeded` (a compensation's `compensated`) may wait for the
+  /// next flush when the first attempt of a tool whose outcome a recovery
+  /// settles without a person (keys or a status lookup): a lost later one
+  /// could spend the attempt that ends the step.
+  static Durable OutcomeDurability(const ToolInfo& info, int attempt);
+  /// `unknown` changes nothing a recovery would do differently from the
+  /// `submitted` before it, where a recovery settles it without a person.
+  static Durable UnknownDurability(const ToolInfo& info);
+
+  storage::JournalEntry Entry(const std::string& step_id, const std::string& event,
+                              Json data) const;
+  /// Writes the step's row (its state from the machine) with one journal
+  /// entry and `effects`.
+  Status CommitStep(const StepDrive& d, const std::string& event, Json data,
+                    std::vector<storage::EffectRecord> effects = {},
+                    Durable durable = Durable::kNow);
+  /// Writes the step's row with `entries`, at once; spends the commit token
+  /// nonce `consume_nonce` in the same transaction when given.
+  Status CommitEntries(const StepDrive& d, std::vector<storage::JournalEntry> entries,
+                       const std::string& consume_nonce = "");
+  /// Journal entries alone, at once.
+  Status CommitJournal(std::vector<storage::JournalEntry> entries);
+  /// Moves the saga to `next` with `reason` and its journal entry.
+  /// `ends_drive`: the drive's last write, which gives a held lease up in
+  /// the same transaction.
+  Status CommitSagaState(SagaState next, const std::string& reason, storage::JournalEntry entry,
+                         bool ends_drive, Durable durable);
+  /// Writes whatever is staged, in one transaction.
+  Status Flush();
+
+  // ---- steps
+
+  /// Step `index` ready to drive: its tool, its machine in its state.
+  /// kFailedPrecondition if the tool is not registered.
+  Result<StepDrive> BeginStep(int index, bool rolling_back);
+  /// Resolves `templ` against the saga's input and the steps so far.
+  Result<Json> ResolveArgs(const Json& templ, const std::string& where) const;
+  /// A step found `submitted` or `unknown` (after a crash, a lost lease, or
+  /// a rollback reaching it): resolves the outcome, then runs the commands.
+  Result<StepEnd> SettleUncertain(StepDrive* d);
+  /// Carries out the queued commands until the step ends: call, outcome,
+  /// keyed retry, resolution, park.
+  Result<StepEnd> RunCommands(StepDrive* d);
+
+  /// Parks the saga needs_attention with `reason` after a fault of the drive
+  /// itself (an exception), through the saga machine and the journal like
+  /// any other park, with what was staged. Writes nothing when the drive had
+  /// already ended (its last write made: terminal, parked or waiting);
+  /// kIllegalTransition, nothing written, where the machine refuses (a saga
+  /// still pending).
+  Status ParkAfterFault(const std::string& reason);
+
+ private:
+  void Stage(storage::WriteBatch batch);
+  Status Commit(storage::WriteBatch batch);
+  /// A batch with the step's row, its state from the machine (now also the
+  /// run's).
+  storage::WriteBatch StepBatch(const StepDrive& d);
+  StepFacts ClassifyFailure(const StepDrive& d, const ToolOutcome& outcome);
+  StepEvent ResolveUnknown(StepDrive* d);
+
+  storage::Store* store_;
+  const ToolRegistry* tools_;
+  const EngineOptions& options_;
+  storage::SagaRecord rec_;
+  SagaState state_;
+  std::vector<StepState> step_states_;
+  SagaSpec spec_;
+  std::vector<bool> compensable_;
+  std::mt19937_64 rng_;
+  std::string park_reason_;
+  int64_t fence_epoch_ = 0;
+  const std::atomic<bool>* lease_lost_ = nullptr;
+  bool taken_over_ = false;
+  storage::WriteBatch staged_;  // written to rec_ already, not yet to the store
+  bool has_staged_ = false;
+  bool released_ = false;
+  std::function<std::optional<std::string>()> cancel_requested_;
+};
+
+}  // namespace idem

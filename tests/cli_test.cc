@@ -1,0 +1,381 @@
+// The command line as an operator meets it, on the real travel-booking
+// binary: global options after the subcommand, structured logs on stderr
+// with nothing secret in them, and a CLI that answers at once when another
+// process drives the journal.
+
+#include "cli/cli.h"
+
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <httplib.h>
+#include <nlohmann/json.hpp>
+
+#include <fcntl.h>
+#include <openssl/sha.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+extern char** environ;
+
+namespace idem {
+namespace {
+
+namespace fs = std::filesystem;
+using Json = nlohmann::json;
+
+constexpr const char* kBinary = IDEM_BINARY_DIR "/examples/travel_booking/travel-booking";
+constexpr const char* kTripSpec = IDEM_SOURCE_DIR "/examples/travel_booking/trip.json";
+constexpr const char* kTripInput = IDEM_SOURCE_DIR "/examples/travel_booking/input.json";
+
+std::string Slurp(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::vector<std::string> Lines(const std::string& text) {
+  std::vector<std::string> out;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    if (!line.empty()) out.push_back(line);
+  }
+  return out;
+}
+
+/// A travel-booking process: stdout and stderr in files of their own.
+struct Proc {
+  pid_t pid = -1;
+  fs::path out, err;
+  int code = -1;
+  std::string stdout_text, stderr_text;
+
+  /// Waits for the process and reads what it wrote.
+  void Wait() {
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    stdout_text = Slurp(out);
+    stderr_text = Slurp(err);
+  }
+  std::string Describe() const {
+    return "exit " + std::to_string(code) + "\n--- stdout\n" + stdout_text + "--- stderr\n" +
+           stderr_text;
+  }
+};
+
+class CliTest : public testing::Test {
+ protected:
+  void SetUp() override {
+    const auto* info = testing::UnitTest::GetInstance()->current_test_info();
+    dir_ = fs::temp_directory_path() /
+           ("idem_cli_" + std::string(info->name()) + "_" + std::to_string(getpid()));
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    db_ = (dir_ / "trip.db").string();
+  }
+  void TearDown() override {
+    if (!HasFailure()) fs::remove_all(dir_);
+  }
+
+  /// Starts travel-booking with exactly `args` (no global options added).
+  Proc Start(const std::vector<std::string>& args) {
+    Proc p;
+    p.out = dir_ / ("p" + std::to_string(++count_) + ".out");
+    p.err = dir_ / ("p" + std::to_string(count_) + ".err");
+    std::vector<std::string> argv = {kBinary};
+    argv.insert(argv.end(), args.begin(), args.end());
+    std::vector<char*> cargs;
+    for (auto& a : argv) cargs.push_back(a.data());
+    cargs.push_back(nullptr);
+    std::vector<std::string> env;
+    for (char** e = environ; *e != nullptr; ++e) {
+      std::string var = *e;
+      if (var.rfind("IDEM_", 0) == 0 || var.rfind("TRAVEL_", 0) == 0) continue;
+      env.push_back(var);
+    }
+    std::vector<char*> cenv;
+    for (auto& e : env) cenv.push_back(e.data());
+    cenv.push_back(nullptr);
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
+    posix_spawn_file_actions_addopen(&fa, STDOUT_FILENO, p.out.c_str(), O_WRONLY | O_CREAT, 0644);
+    posix_spawn_file_actions_addopen(&fa, STDERR_FILENO, p.err.c_str(), O_WRONLY | O_CREAT, 0644);
+    int rc = posix_spawn(&p.pid, kBinary, &fa, nullptr, cargs.data(), cenv.data());
+    posix_spawn_file_actions_destroy(&fa);
+    EXPECT_EQ(rc, 0) << std::strerror(rc);
+    return p;
+  }
+  Proc Run(const std::vector<std::string>& args) {
+    Proc p = Start(args);
+    p.Wait();
+    return p;
+  }
+
+  /// Runs the trip to its human approval; returns the payment's token.
+  std::string RunToApproval(const std::vector<std::string>& extra = {}) {
+    std::vector<std::string> args = {"run",  kTripSpec, "--input", std::string("@") + kTripInput,
+                                     "--db", db_};
+    args.insert(args.end(), extra.begin(), extra.end());
+    Proc run = Run(args);
+    run_stderr_ += run.stderr_text;
+    EXPECT_EQ(run.code, cli::kExitAwaitingApproval) << run.Describe();
+    Proc list = Run({"approvals", "--json", "--db", db_});
+    EXPECT_EQ(list.code, 0) << list.Describe();
+    Json pending = Json::parse(list.stdout_text, nullptr, false);
+    if (!pending.is_array() || pending.empty()) {
+      ADD_FAILURE() << list.Describe();
+      return "";
+    }
+    return pending.back().value("token", "");
+  }
+
+  /// Starts `serve` on a free loopback port; returns its port (0 on failure).
+  int Serve(Proc* p, const std::vector<std::string>& extra) {
+    std::vector<std::string> args = {"--db", db_, "serve", "--listen", "127.0.0.1:0"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    *p = Start(args);
+    for (int i = 0; i < 300; ++i) {
+      std::string out = Slurp(p->out);
+      size_t at = out.find("listening on 127.0.0.1:");
+      if (at != std::string::npos) return std::atoi(out.c_str() + at + 23);
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    ADD_FAILURE() << "serve did not start: " << Slurp(p->err);
+    return 0;
+  }
+  static void Stop(Proc* p) {
+    ::kill(p->pid, SIGTERM);
+    p->Wait();
+  }
+
+  fs::path dir_;
+  std::string db_;
+  std::string run_stderr_;
+  int count_ = 0;
+};
+
+// ---- global options after the subcommand
+
+TEST_F(CliTest, GlobalOptionsWorkAfterTheSubcommand) {
+  const std::string ledger = (dir_ / "ledger.sqlite").string();
+  const std::string keys = (dir_ / "my.keys.json").string();
+  Proc run = Run({"run", kTripSpec, "--input", std::string("@") + kTripInput, "--db", db_, "--keys",
+                  keys, "--ledger", ledger, "--log-level", "info"});
+  EXPECT_EQ(run.code, cli::kExitAwaitingApproval) << run.Describe();
+  EXPECT_TRUE(fs::exists(db_));
+  EXPECT_TRUE(fs::exists(keys)) << "--keys after the subcommand";
+  EXPECT_TRUE(fs::exists(ledger)) << "the program's own --ledger after the subcommand";
+  EXPECT_FALSE(fs::exists(db_ + ".keys.json"));
+
+  Proc list = Run({"list", "--json", "--store", db_});
+  ASSERT_EQ(list.code, 0) << list.Describe();
+  Json sagas = Json::parse(list.stdout_text, nullptr, false);
+  ASSERT_TRUE(sagas.is_array()) << list.Describe();
+  EXPECT_EQ(sagas.size(), 1u);
+
+  // Before the subcommand still works, and both places together.
+  Proc before = Run({"--db", db_, "list", "--json", "--log-format", "json"});
+  EXPECT_EQ(before.code, 0) << before.Describe();
+  EXPECT_EQ(before.stdout_text, list.stdout_text);
+}
+
+TEST_F(CliTest, BadLogOptionsAreUsageErrors) {
+  Proc fmt = Run({"list", "--db", db_, "--log-format", "xml"});
+  EXPECT_EQ(fmt.code, cli::kExitUsage) << fmt.Describe();
+  Proc lvl = Run({"list", "--db", db_, "--log-level", "loud"});
+  EXPECT_EQ(lvl.code, cli::kExitUsage) << lvl.Describe();
+}
+
+// ---- no hanging decisions
+
+TEST_F(CliTest, ApproveAnswersAtOnceWhileAServerDrivesTheJournal) {
+  const std::string token = RunToApproval();
+  ASSERT_FALSE(token.empty());
+  Proc serve;
+  ASSERT_GT(Serve(&serve, {"--insecure-no-auth"}), 0);
+
+  auto t0 = std::chrono::steady_clock::now();
+  Proc approve = Run({"approve", token, "--as", "maria", "--db", db_});
+  auto took = std::chrono::steady_clock::now() - t0;
+  EXPECT_LT(took, std::chrono::seconds(1));
+  EXPECT_EQ(approve.code, cli::kExitBusy) << approve.Describe();
+  EXPECT_NE(approve.stderr_text.find("error: the journal " + db_ +
+                                     " is being driven by another process (pid " +
+                                     std::to_string(serve.pid)),
+            std::string::npos)
+      << approve.Describe();
+  EXPECT_NE(approve.stderr_text.find("POST /v1/approvals/TOKEN/approve"), std::string::npos)
+      << approve.Describe();
+  EXPECT_EQ(approve.stderr_text.find(token), std::string::npos) << "no token in the message";
+
+  Proc reject = Run({"reject", token, "--as", "maria", "--reason", "no", "--db", db_});
+  EXPECT_EQ(reject.code, cli::kExitBusy) << reject.Describe();
+  EXPECT_NE(reject.stderr_text.find("POST /v1/approvals/TOKEN/reject"), std::string::npos)
+      << reject.Describe();
+  Proc recover = Run({"recover", "--db", db_});
+  EXPECT_EQ(recover.code, cli::kExitBusy) << recover.Describe();
+
+  Stop(&serve);
+  // Nothing was decided: the approval is still waiting, and now goes through.
+  Proc later = Run({"approve", token, "--as", "maria", "--db", db_});
+  EXPECT_EQ(later.code, cli::kExitOk) << later.Describe();
+}
+
+// ---- structured logs
+
+// The values that must never reach a log: commit tokens, the signing keys,
+// bearer tokens and the auth file's contents.
+std::vector<std::string> KeySecrets(const std::string& keys_path) {
+  std::vector<std::string> out;
+  Json doc = Json::parse(Slurp(keys_path), nullptr, false);
+  if (!doc.is_object() || !doc["keys"].is_object()) return out;
+  for (const auto& [id, k] : doc["keys"].items()) out.push_back(k.value("secret", ""));
+  return out;
+}
+
+std::string Sha256Hex(const std::string& s) {
+  unsigned char md[SHA256_DIGEST_LENGTH];
+  SHA256(reinterpret_cast<const unsigned char*>(s.data()), s.size(), md);
+  static const char* hex = "0123456789abcdef";
+  std::string out;
+  for (unsigned char c : md) {
+    out += hex[c >> 4];
+    out += hex[c & 15];
+  }
+  return out;
+}
+
+TEST_F(CliTest, DebugLogsCarryTheFieldsAndNoSecret) {
+  const std::vector<std::string> debug = {"--log-level", "debug"};
+  std::string logs;
+  // A two-phase saga to its approval, approved from the CLI.
+  const std::string token1 = RunToApproval(debug);
+  ASSERT_FALSE(token1.empty());
+  logs += run_stderr_;
+  Proc approve = Run({"approve", token1, "--as", "maria", "--db", db_, "--log-level", "debug"});
+  EXPECT_EQ(approve.code, 0) << approve.Describe();
+  logs += approve.stderr_text;
+  Proc bad = Run({"approve", token1 + "x", "--as", "maria", "--db", db_, "--log-level", "debug"});
+  EXPECT_NE(bad.code, 0) << bad.Describe();
+  logs += bad.stderr_text;
+
+  // A second one, approved through `serve` with a bearer token.
+  const std::string token2 = RunToApproval({"--intent-key", "second", "--log-level", "debug"});
+  ASSERT_FALSE(token2.empty());
+  logs += run_stderr_;
+  const std::string bearer = "s3cr3t-bearer-value-0123456789";
+  const std::string auth = (dir_ / "auth.json").string();
+  const std::string auth_text =
+      Json::array(
+          {{{"name", "maria"}, {"token_sha256", Sha256Hex(bearer)}, {"roles", {"approver"}}}})
+          .dump();
+  std::ofstream(auth) << auth_text;
+  Proc serve;
+  int port = Serve(&serve, {"--auth", auth, "--log-level", "debug"});
+  ASSERT_GT(port, 0);
+  httplib::Client http("127.0.0.1", port);
+  httplib::Headers h = {{"Authorization", "Bearer " + bearer}};
+  auto listed = http.Get("/v1/approvals", h);
+  ASSERT_TRUE(listed);
+  EXPECT_EQ(listed->status, 200) << listed->body;
+  auto approved = http.Post(("/v1/approvals/" + token2 + "/approve").c_str(), h,
+                            R"({"note":"within budget"})", "application/json");
+  ASSERT_TRUE(approved);
+  EXPECT_EQ(approved->status, 200) << approved->body;
+  auto refused = http.Get("/v1/approvals", {{"Authorization", "Bearer wrong-" + bearer}});
+  ASSERT_TRUE(refused);
+  EXPECT_EQ(refused->status, 401);
+  Stop(&serve);
+  logs += serve.stderr_text;
+
+  std::vector<std::string> secrets = KeySecrets(db_ + ".keys.json");
+  ASSERT_FALSE(secrets.empty());
+  secrets.insert(secrets.end(), {token1, token2, bearer, Sha256Hex(bearer), auth_text});
+  for (const auto& s : secrets) {
+    ASSERT_FALSE(s.empty());
+    EXPECT_EQ(logs.find(s), std::string::npos) << "a secret in the logs: " << s << "\n" << logs;
+    // Nor any long piece of one (a token cut or re-encoded would still leak).
+    EXPECT_EQ(logs.find(s.substr(s.size() / 2, 24)), std::string::npos) << s << "\n" << logs;
+  }
+
+  // The fields an operator needs, one line per event.
+  for (const std::string want :
+       {"saga_id=", "step=charge_payment", "key=", "attempt=1", "outcome=submitted",
+        "outcome=awaiting_approval", "outcome=approved", "outcome=succeeded",
+        "outcome=saga_succeeded", " debug ", " info ", " error "}) {
+    EXPECT_NE(logs.find(want), std::string::npos) << want << "\n" << logs;
+  }
+  for (const auto& line : Lines(logs)) {
+    if (line.find("outcome=") == std::string::npos) continue;
+    EXPECT_NE(line.find("saga_id=sg_"), std::string::npos) << line;
+  }
+  // The server's own journal lines (the HTTP approval) are there too.
+  EXPECT_NE(serve.stderr_text.find("outcome=approved"), std::string::npos) << serve.stderr_text;
+}
+
+TEST_F(CliTest, JsonLogsAreOneObjectPerLineAndStdoutStaysParseable) {
+  const std::vector<std::string> json = {"--log-format", "json", "--log-level", "debug"};
+  const std::string token = RunToApproval(json);
+  ASSERT_FALSE(token.empty());
+  std::string logs = run_stderr_;
+  Proc approve = Run({"approve", token, "--as", "maria", "--db", db_, "--log-format", "json",
+                      "--log-level", "debug"});
+  EXPECT_EQ(approve.code, 0) << approve.Describe();
+  logs += approve.stderr_text;
+  Proc missing =
+      Run({"status", "no-such-saga", "--db", db_, "--log-format", "json", "--log-level", "error"});
+  EXPECT_EQ(missing.code, cli::kExitNotFound) << missing.Describe();
+
+  int journal_lines = 0;
+  bool saw_key = false;
+  for (const auto& line : Lines(logs)) {
+    Json j = Json::parse(line, nullptr, false);
+    ASSERT_TRUE(j.is_object()) << "not a JSON object: " << line;
+    EXPECT_TRUE(j.contains("ts") && j.contains("level") && j.contains("msg")) << line;
+    if (j.value("msg", "") != "journal") continue;
+    ++journal_lines;
+    EXPECT_TRUE(j["saga_id"].is_string()) << line;
+    EXPECT_TRUE(j["outcome"].is_string()) << line;
+    if (j.contains("step")) {
+      EXPECT_TRUE(j["key"].is_string()) << line;
+      saw_key = true;
+    }
+    if (j.value("outcome", "") == "submitted") {
+      EXPECT_TRUE(j["attempt"].is_number()) << line;
+    }
+  }
+  EXPECT_GE(journal_lines, 10) << logs;
+  EXPECT_TRUE(saw_key) << logs;
+  EXPECT_EQ(logs.find(token), std::string::npos);
+
+  // The error of a command is a JSON line too (with the person's message).
+  bool error_line = false;
+  for (const auto& line : Lines(missing.stderr_text)) {
+    if (line.rfind("error: ", 0) == 0) continue;  // the message for the person
+    Json j = Json::parse(line, nullptr, false);
+    ASSERT_TRUE(j.is_object()) << line;
+    if (j.value("level", "") == "error") error_line = true;
+  }
+  EXPECT_TRUE(error_line) << missing.stderr_text;
+
+  // stdout is the command's output only.
+  Proc list = Run({"list", "--json", "--db", db_, "--log-format", "json", "--log-level", "debug"});
+  ASSERT_EQ(list.code, 0) << list.Describe();
+  EXPECT_TRUE(Json::parse(list.stdout_text, nullptr, false).is_array()) << list.Describe();
+}
+
+}  // namespace
+}  // namespace idem
