@@ -559,9 +559,13 @@ int CmdServe(const Options& o, const ToolRegistry& tools, storage::Store* store,
   so.insecure_no_auth = o.insecure_no_auth;
   so.workers = o.workers;
   so.use_leases = IsPostgres(g_store_locator);
-  so.state_path = !o.state_path.empty()         ? o.state_path
-                  : IsPostgres(g_store_locator) ? "idem-server.db"
-                                                : g_store_locator + ".server.db";
+  if (!o.state_path.empty()) {
+    // Deprecated for one release: server state lives in the journal's store.
+    std::fprintf(stderr,
+                 "idem serve: --state is deprecated and ignored: Idempotency-Key records and "
+                 "specs live in the journal's store (%s)\n",
+                 g_store_locator.c_str());
+  }
   so.signer = signer;
   auto srv = server::Server::Create(store, &tools, so);
   if (!srv.ok() && srv.status().code() == Code::kFailedPrecondition) {
@@ -712,8 +716,8 @@ int RunCli(int argc, char** argv, const FrontendConfig& config) {
   serve->add_option("--tools", o.tools_path, "an HTTP tools file to register");
   serve->add_option("--workers", o.workers, "sagas driven at once")->check(CLI::Range(1, 256));
   serve->add_option("--state", o.state_path,
-                    "the server's own SQLite file: Idempotency-Key records and the spec "
-                    "registry (default <db>.server.db, or ./idem-server.db for PostgreSQL)");
+                    "deprecated, ignored: Idempotency-Key records and the spec registry live "
+                    "in the journal's store");
 
   auto* fps = app.add_subcommand("failpoints", "list the failpoint names IDEM_FAILPOINT accepts");
 

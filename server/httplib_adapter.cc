@@ -187,12 +187,12 @@ void HttpListener::Stop() {
 
 // ---- IdempotencyGuard
 
-Result<std::unique_ptr<IdempotencyGuard>> IdempotencyGuard::Open(const std::string& sqlite_path,
-                                                                 int64_t ttl_ms, Clock* clock) {
+Result<std::unique_ptr<IdempotencyGuard>> IdempotencyGuard::Create(storage::KeyRecordStore* records,
+                                                                   int64_t ttl_ms, Clock* clock) {
   IdempotencyOptions io;
   io.ttl_ms = ttl_ms;
   io.clock = clock;
-  auto layer = IdempotencyLayer::Open(sqlite_path, io);
+  auto layer = IdempotencyLayer::Create(records, io);
   if (!layer.ok()) return layer.status();
   return std::unique_ptr<IdempotencyGuard>(new IdempotencyGuard(std::move(layer).value()));
 }

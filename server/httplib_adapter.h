@@ -21,6 +21,10 @@
 #include "common/clock.h"
 #include "common/status.h"
 
+namespace idem::storage {
+class KeyRecordStore;  // storage/server_state.h
+}  // namespace idem::storage
+
 namespace idem::server {
 
 class IdempotencyLayer;
@@ -72,10 +76,10 @@ class HttpListener {
 /// handlers (the key is required).
 class IdempotencyGuard {
  public:
-  /// Opens the key store at `sqlite_path` (see IdempotencyLayer::Open).
-  /// `clock` is not owned.
-  static Result<std::unique_ptr<IdempotencyGuard>> Open(const std::string& sqlite_path,
-                                                        int64_t ttl_ms, Clock* clock);
+  /// The layer over `records` (see IdempotencyLayer::Create), e.g. the
+  /// journal's store's KeyRecords(). `records` and `clock` are not owned.
+  static Result<std::unique_ptr<IdempotencyGuard>> Create(storage::KeyRecordStore* records,
+                                                          int64_t ttl_ms, Clock* clock);
   ~IdempotencyGuard();
   IdempotencyGuard(const IdempotencyGuard&) = delete;
   IdempotencyGuard& operator=(const IdempotencyGuard&) = delete;

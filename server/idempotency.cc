@@ -6,47 +6,16 @@
 #include <exception>
 #include <utility>
 
-#include <sqlite3.h>
-
-#include "storage/sqlite_errors.h"
+#include "storage/sqlite_store.h"
+#include "storage/store.h"
 
 #include "common/json_util.h"
-#include <SQLiteCpp/Database.h>
-#include <SQLiteCpp/Exception.h>
-#include <SQLiteCpp/Statement.h>
-#include <SQLiteCpp/Transaction.h>
 
 namespace idem::server {
 namespace {
 
-// One table; the claim token fences a holder whose claim was taken over.
-constexpr const char* kSchema = R"sql(
-CREATE TABLE IF NOT EXISTS idempotency (
-  scope        TEXT    NOT NULL,
-  key          TEXT    NOT NULL,
-  fingerprint  TEXT    NOT NULL,
-  state        TEXT    NOT NULL CHECK (state IN ('in_flight', 'done')),
-  status       INTEGER NOT NULL DEFAULT 0,
-  content_type TEXT    NOT NULL DEFAULT '',
-  body         BLOB    NOT NULL DEFAULT x'',
-  created_ms   INTEGER NOT NULL,
-  claimed_ms   INTEGER NOT NULL,
-  claim_token  TEXT    NOT NULL,
-  PRIMARY KEY (scope, key)
-);
-CREATE INDEX IF NOT EXISTS idempotency_by_created ON idempotency (created_ms);
-)sql";
-
-struct SyncMode {
-  const char* name;
-  const char* pragma;
-  int level;
-};
-constexpr std::array<SyncMode, 3> kSyncModes = {{
-    {"NORMAL", "PRAGMA synchronous = NORMAL", 1},
-    {"FULL", "PRAGMA synchronous = FULL", 2},
-    {"EXTRA", "PRAGMA synchronous = EXTRA", 3},
-}};
+// The synchronous modes the layer accepts (OFF loses a stored response).
+constexpr std::array<const char*, 3> kSyncModes = {"NORMAL", "FULL", "EXTRA"};
 
 std::string Upper(std::string s) {
   std::transform(s.begin(), s.end(), s.begin(),
@@ -55,32 +24,6 @@ std::string Upper(std::string s) {
 }
 
 std::string Quote(const std::string& s) { return "\"" + PrintableText(s) + "\""; }
-
-using sqlite_errors::Guarded;
-
-std::string ColumnBytes(SQLite::Statement& q, int index) {
-  SQLite::Column c = q.getColumn(index);
-  const void* data = c.getBlob();
-  int n = c.getBytes();
-  return data == nullptr || n <= 0 ? std::string() : std::string(static_cast<const char*>(data), n);
-}
-
-// A row whose first columns are fingerprint, state, status, content_type,
-// body, created_ms.
-IdempotencyRecord ReadRecord(SQLite::Statement& q) {
-  IdempotencyRecord r;
-  r.fingerprint = q.getColumn(0).getString();
-  r.state = q.getColumn(1).getString();
-  r.status = q.getColumn(2).getInt();
-  r.content_type = q.getColumn(3).getString();
-  r.body = ColumnBytes(q, 4);
-  r.created_ms = q.getColumn(5).getInt64();
-  return r;
-}
-
-void BindBytes(SQLite::Statement& st, int index, const std::string& bytes) {
-  st.bind(index, bytes.data(), static_cast<int>(bytes.size()));
-}
 
 // ---- Requests ------------------------------------------------------------------
 
@@ -163,17 +106,29 @@ std::string RequestFingerprint(const httplib::Request& req) {
 
 }  // namespace
 
-// ---- Claims --------------------------------------------------------------------
+// ---- Opening -------------------------------------------------------------------
 
-struct IdempotencyLayer::Claim {
-  enum class Kind { kClaimed, kInFlight, kMismatch, kReplay };
-  Kind kind = Kind::kInFlight;
-  std::string token;         // kClaimed: fences Complete and Release
-  IdempotencyRecord stored;  // kReplay
-};
+namespace {
 
-IdempotencyLayer::IdempotencyLayer(std::unique_ptr<SQLite::Database> db, IdempotencyOptions options)
-    : db_(std::move(db)),
+Status CheckOptions(const std::string& op, const IdempotencyOptions& options) {
+  if (options.lock_timeout_ms < 1) {
+    return Status::InvalidArgument(op + ": lock_timeout_ms must be >= 1");
+  }
+  if (options.ttl_ms < options.lock_timeout_ms) {
+    return Status::InvalidArgument(op + ": ttl_ms must be >= lock_timeout_ms");
+  }
+  if (options.retry_after_s < 0 || options.busy_timeout_ms < 0) {
+    return Status::InvalidArgument(op + ": retry_after_s and busy_timeout_ms must be >= 0");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+IdempotencyLayer::IdempotencyLayer(std::unique_ptr<storage::Store> owned,
+                                   storage::KeyRecordStore* records, IdempotencyOptions options)
+    : owned_(std::move(owned)),
+      records_(records),
       options_(std::move(options)),
       clock_(options_.clock != nullptr ? options_.clock : SystemClock::Get()) {}
 
@@ -185,175 +140,45 @@ Result<std::unique_ptr<IdempotencyLayer>> IdempotencyLayer::Open(const std::stri
   if (sqlite_path.empty() || sqlite_path == ":memory:") {
     return Status::InvalidArgument(op + ": give a database file path");
   }
-  if (options.lock_timeout_ms < 1) {
-    return Status::InvalidArgument(op + ": lock_timeout_ms must be >= 1");
-  }
-  if (options.ttl_ms < options.lock_timeout_ms) {
-    return Status::InvalidArgument(op + ": ttl_ms must be >= lock_timeout_ms");
-  }
-  if (options.retry_after_s < 0 || options.busy_timeout_ms < 0) {
-    return Status::InvalidArgument(op + ": retry_after_s and busy_timeout_ms must be >= 0");
-  }
-  const SyncMode* sync = nullptr;
-  for (const SyncMode& m : kSyncModes) {
-    if (Upper(options.synchronous) == m.name) sync = &m;
+  IDEM_RETURN_IF_ERROR(CheckOptions(op, options));
+  const char* sync = nullptr;
+  for (const char* m : kSyncModes) {
+    if (Upper(options.synchronous) == m) sync = m;
   }
   if (sync == nullptr) {
     return Status::InvalidArgument(op + ": synchronous " + Quote(options.synchronous) +
                                    " is not one of NORMAL, FULL, EXTRA");
   }
-  return Guarded<Result<std::unique_ptr<IdempotencyLayer>>>(
-      op, [&]() -> Result<std::unique_ptr<IdempotencyLayer>> {
-        auto db = std::make_unique<SQLite::Database>(
-            sqlite_path, SQLite::OPEN_READWRITE | SQLite::OPEN_CREATE | SQLite::OPEN_FULLMUTEX,
-            options.busy_timeout_ms);
-        std::string mode = db->execAndGet("PRAGMA journal_mode = WAL").getString();
-        if (mode != "wal") {
-          return Status::FailedPrecondition(op + ": journal_mode is " + Quote(mode) +
-                                            ", not \"wal\"");
-        }
-        db->exec(sync->pragma);
-        if (db->execAndGet("PRAGMA synchronous").getInt() != sync->level) {
-          return Status::FailedPrecondition(op + ": SQLite refused synchronous " + sync->name);
-        }
-        SQLite::Transaction tx(*db, SQLite::TransactionBehavior::IMMEDIATE);
-        db->exec(kSchema);
-        tx.commit();
-        return std::unique_ptr<IdempotencyLayer>(
-            new IdempotencyLayer(std::move(db), std::move(options)));
-      });
+  storage::SqliteOptions so;
+  so.path = sqlite_path;
+  so.synchronous = sync;
+  so.busy_timeout_ms = options.busy_timeout_ms;
+  so.clock = options.clock;
+  Result<std::unique_ptr<storage::SqliteStore>> store = storage::SqliteStore::Open(so);
+  if (!store.ok()) {
+    return Status(store.status().code(), op + ": " + store.status().message());
+  }
+  storage::KeyRecordStore* records = (*store)->KeyRecords();
+  return std::unique_ptr<IdempotencyLayer>(
+      new IdempotencyLayer(std::move(store).value(), records, std::move(options)));
 }
 
-Result<IdempotencyLayer::Claim> IdempotencyLayer::TryClaim(const std::string& scope,
-                                                           const std::string& key,
-                                                           const std::string& fingerprint) {
-  return Guarded<Result<Claim>>("claim idempotency key", [&]() -> Result<Claim> {
-    std::lock_guard<std::mutex> lock(mu_);
-    const int64_t now = clock_->NowMs();
-    Claim claim;
-    claim.token = NewId("clm_");
-    SQLite::Transaction tx(*db_, SQLite::TransactionBehavior::IMMEDIATE);
-    // Change instead of check: the INSERT is the claim; the primary key lets
-    // exactly one request win.
-    SQLite::Statement ins(*db_,
-                          "INSERT INTO idempotency (scope, key, fingerprint, state, created_ms,"
-                          " claimed_ms, claim_token) VALUES (?, ?, ?, 'in_flight', ?, ?, ?)"
-                          " ON CONFLICT (scope, key) DO NOTHING");
-    ins.bind(1, scope);
-    ins.bind(2, key);
-    ins.bind(3, fingerprint);
-    ins.bind(4, static_cast<int64_t>(now));
-    ins.bind(5, static_cast<int64_t>(now));
-    ins.bind(6, claim.token);
-    if (ins.exec() == 1) {
-      tx.commit();
-      claim.kind = Claim::Kind::kClaimed;
-      return claim;
-    }
-    SQLite::Statement q(*db_,
-                        "SELECT fingerprint, state, status, content_type, body, created_ms,"
-                        " claimed_ms FROM idempotency WHERE scope = ? AND key = ?");
-    q.bind(1, scope);
-    q.bind(2, key);
-    if (!q.executeStep()) return Status::Internal("the conflicting idempotency row vanished");
-    IdempotencyRecord r = ReadRecord(q);
-    const int64_t claimed_ms = q.getColumn(6).getInt64();
-    q.reset();
-
-    const bool expired = r.state == "done" && now - r.created_ms >= options_.ttl_ms;
-    const bool abandoned = r.state == "in_flight" && now - claimed_ms >= options_.lock_timeout_ms;
-    if (expired || (abandoned && r.fingerprint == fingerprint)) {
-      // An expired key starts a new request; an abandoned claim (a crashed
-      // or hung holder) passes to this request, and the old token is fenced.
-      SQLite::Statement up(*db_,
-                           "UPDATE idempotency SET fingerprint = ?, state = 'in_flight',"
-                           " status = 0, content_type = '', body = x'',"
-                           " created_ms = CASE WHEN ? THEN ? ELSE created_ms END,"
-                           " claimed_ms = ?, claim_token = ? WHERE scope = ? AND key = ?");
-      up.bind(1, fingerprint);
-      up.bind(2, expired ? 1 : 0);
-      up.bind(3, static_cast<int64_t>(now));
-      up.bind(4, static_cast<int64_t>(now));
-      up.bind(5, claim.token);
-      up.bind(6, scope);
-      up.bind(7, key);
-      up.exec();
-      tx.commit();
-      claim.kind = Claim::Kind::kClaimed;
-      return claim;
-    }
-    tx.commit();
-    claim.token.clear();
-    if (r.fingerprint != fingerprint) {
-      claim.kind = Claim::Kind::kMismatch;
-    } else if (r.state == "done") {
-      claim.kind = Claim::Kind::kReplay;
-      claim.stored = std::move(r);
-    } else {
-      claim.kind = Claim::Kind::kInFlight;
-    }
-    return claim;
-  });
-}
-
-Status IdempotencyLayer::Complete(const std::string& scope, const std::string& key,
-                                  const std::string& token, const httplib::Response& res) {
-  return Guarded<Status>("store idempotent response", [&]() -> Status {
-    std::lock_guard<std::mutex> lock(mu_);
-    SQLite::Statement up(*db_,
-                         "UPDATE idempotency SET state = 'done', status = ?, content_type = ?,"
-                         " body = ? WHERE scope = ? AND key = ? AND claim_token = ?"
-                         " AND state = 'in_flight'");
-    up.bind(1, res.status == -1 ? 200 : res.status);
-    up.bind(2, res.get_header_value("Content-Type"));
-    BindBytes(up, 3, res.body);
-    up.bind(4, scope);
-    up.bind(5, key);
-    up.bind(6, token);
-    if (up.exec() != 1) {
-      return Status::Aborted("the claim on this key was taken over; the response is not stored");
-    }
-    return Status::Ok();
-  });
-}
-
-Status IdempotencyLayer::Release(const std::string& scope, const std::string& key,
-                                 const std::string& token) {
-  return Guarded<Status>("release idempotency key", [&]() -> Status {
-    std::lock_guard<std::mutex> lock(mu_);
-    SQLite::Statement del(*db_,
-                          "DELETE FROM idempotency WHERE scope = ? AND key = ? AND claim_token = ?"
-                          " AND state = 'in_flight'");
-    del.bind(1, scope);
-    del.bind(2, key);
-    del.bind(3, token);
-    del.exec();
-    return Status::Ok();
-  });
+Result<std::unique_ptr<IdempotencyLayer>> IdempotencyLayer::Create(storage::KeyRecordStore* records,
+                                                                   IdempotencyOptions options) {
+  const std::string op = "idempotency layer";
+  if (records == nullptr) return Status::InvalidArgument(op + ": no key record store");
+  IDEM_RETURN_IF_ERROR(CheckOptions(op, options));
+  return std::unique_ptr<IdempotencyLayer>(
+      new IdempotencyLayer(nullptr, records, std::move(options)));
 }
 
 Result<IdempotencyRecord> IdempotencyLayer::Find(const std::string& scope_text,
                                                  const std::string& key) {
-  return Guarded<Result<IdempotencyRecord>>(
-      "read idempotency record", [&]() -> Result<IdempotencyRecord> {
-        std::lock_guard<std::mutex> lock(mu_);
-        SQLite::Statement q(*db_,
-                            "SELECT fingerprint, state, status, content_type, body, created_ms"
-                            " FROM idempotency WHERE scope = ? AND key = ?");
-        q.bind(1, Sha256Hex(scope_text));
-        q.bind(2, key);
-        if (!q.executeStep()) return Status::NotFound("no idempotency record for this key");
-        return ReadRecord(q);
-      });
+  return records_->FindKey(Sha256Hex(scope_text), key);
 }
 
 Result<int64_t> IdempotencyLayer::PurgeExpired() {
-  return Guarded<Result<int64_t>>("purge idempotency records", [&]() -> Result<int64_t> {
-    std::lock_guard<std::mutex> lock(mu_);
-    SQLite::Statement del(*db_, "DELETE FROM idempotency WHERE state = 'done' AND created_ms <= ?");
-    del.bind(1, static_cast<int64_t>(clock_->NowMs() - options_.ttl_ms));
-    return static_cast<int64_t>(del.exec());
-  });
+  return records_->PurgeKeys(clock_->NowMs() - options_.ttl_ms);
 }
 
 // ---- Serving -------------------------------------------------------------------
@@ -397,7 +222,12 @@ void IdempotencyLayer::Serve(const httplib::Server::Handler& handler, const Wrap
   const std::string scope = Sha256Hex(scope_text);
   const std::string retry_after = std::to_string(options_.retry_after_s);
 
-  Result<Claim> claim = TryClaim(scope, *key, RequestFingerprint(req));
+  storage::KeyClaimPolicy policy;
+  policy.now_ms = clock_->NowMs();
+  policy.lock_timeout_ms = options_.lock_timeout_ms;
+  policy.ttl_ms = options_.ttl_ms;
+  Result<storage::KeyClaim> claim =
+      records_->ClaimKey(scope, *key, RequestFingerprint(req), policy);
   if (!claim.ok()) {
     Problem(res, 503, kProblemUnavailable, "Idempotency store unavailable",
             "the request was not processed; retry later");
@@ -405,16 +235,16 @@ void IdempotencyLayer::Serve(const httplib::Server::Handler& handler, const Wrap
     return;
   }
   switch (claim->kind) {
-    case Claim::Kind::kMismatch:
+    case storage::KeyClaim::Kind::kMismatch:
       Problem(res, 422, kProblemKeyReused, "Idempotency-Key is already used",
               "this key was used with another request payload; use a new key for a new request");
       return;
-    case Claim::Kind::kInFlight:
+    case storage::KeyClaim::Kind::kInFlight:
       Problem(res, 409, kProblemKeyInFlight, "A request is outstanding for this Idempotency-Key",
               "the first request with this key is still being processed; retry later");
       res.set_header("Retry-After", retry_after);
       return;
-    case Claim::Kind::kReplay: {
+    case storage::KeyClaim::Kind::kReplay: {
       const IdempotencyRecord& r = claim->stored;
       res = httplib::Response();
       res.status = r.status;
@@ -426,7 +256,7 @@ void IdempotencyLayer::Serve(const httplib::Server::Handler& handler, const Wrap
       res.set_header("Idempotent-Replayed", "true");
       return;
     }
-    case Claim::Kind::kClaimed:
+    case storage::KeyClaim::Kind::kClaimed:
       break;
   }
 
@@ -439,13 +269,15 @@ void IdempotencyLayer::Serve(const httplib::Server::Handler& handler, const Wrap
   if (res.status == -1) res.status = 200;  // what httplib sends for an unset status
   const auto& released = options.released_statuses;
   if (std::find(released.begin(), released.end(), res.status) != released.end()) {
-    (void)Release(scope, *key, claim->token);  // a failed release expires with the lock timeout
+    (void)records_->ReleaseKey(scope, *key,
+                               claim->token);  // a failed release expires with the lock timeout
     return;
   }
   // A failure here leaves the claim in flight: retries get 409 until the lock
   // timeout, never a second run before it. A fenced claim (taken over after
   // the lock timeout) keeps the newer holder's response.
-  (void)Complete(scope, *key, claim->token, res);
+  (void)records_->CompleteKey(scope, *key, claim->token, res.status,
+                              res.get_header_value("Content-Type"), res.body);
 }
 
 }  // namespace idem::server

@@ -64,9 +64,16 @@
 // (24 h by default) is forgotten; the key then starts a new request.
 // PurgeExpired deletes such rows.
 //
-// Durability: SQLite in WAL mode with synchronous=FULL by default; the claim
-// and the stored response are each committed before the handler runs and
-// before the response is sent.
+// Storage (storage/server_state.h): the records live in a
+// storage::KeyRecordStore. Open gives the layer a SQLite file of its own (a
+// SqliteStore: the journal's schema with its `idempotency` table; the
+// example providers mount it so); Create puts it on a given store, e.g. the
+// journal's (Store::KeyRecords()), which is how `idem serve` shares its keys
+// with every other server on the same database.
+//
+// Durability: the claim and the stored response are each committed before
+// the handler runs and before the response is sent (Open: SQLite in WAL mode
+// with synchronous=FULL by default).
 //
 // Thread safety: every method, and every handler Wrap returns, may be called
 // from many threads at once. The layer must outlive the handlers Wrap returns.
@@ -74,18 +81,19 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
 #include <httplib.h>
 
+#include "storage/server_state.h"
+
 #include "common/clock.h"
 #include "common/status.h"
 
-namespace SQLite {  // NOLINT(readability-identifier-naming): SQLiteCpp's name
-class Database;
-}  // namespace SQLite
+namespace idem::storage {
+class Store;  // storage/store.h
+}  // namespace idem::storage
 
 namespace idem::server {
 
@@ -108,9 +116,10 @@ struct IdempotencyOptions {
   int64_t ttl_ms = 24LL * 3600 * 1000;
   /// Retry-After (seconds) on a 409 and a 503.
   int retry_after_s = 1;
-  /// PRAGMA synchronous: "FULL" or "EXTRA" survive a power loss; "NORMAL".
+  /// Open only: PRAGMA synchronous: "FULL" or "EXTRA" survive a power loss;
+  /// "NORMAL".
   std::string synchronous = "FULL";
-  /// How long a write waits for another process's lock.
+  /// Open only: how long a write waits for another process's lock.
   int busy_timeout_ms = 5'000;
   /// Judges lock timeouts and expiry; nullptr: SystemClock::Get(). Not
   /// owned; must outlive the layer.
@@ -131,14 +140,7 @@ struct WrapOptions {
 };
 
 /// A stored record, for tests and diagnostics.
-struct IdempotencyRecord {
-  std::string state;  ///< "in_flight" or "done"
-  std::string fingerprint;
-  int status = 0;
-  std::string content_type;
-  std::string body;
-  int64_t created_ms = 0;
-};
+using IdempotencyRecord = storage::KeyRecord;
 
 class IdempotencyLayer {
  public:
@@ -149,6 +151,12 @@ class IdempotencyLayer {
   /// kInternal: another SQLite failure.
   static Result<std::unique_ptr<IdempotencyLayer>> Open(const std::string& sqlite_path,
                                                         IdempotencyOptions options = {});
+
+  /// The layer over `records` (not owned; must outlive the layer), e.g. the
+  /// journal's store's KeyRecords(). kInvalidArgument: no records or bad
+  /// options (synchronous and busy_timeout_ms are the store's, not read).
+  static Result<std::unique_ptr<IdempotencyLayer>> Create(storage::KeyRecordStore* records,
+                                                          IdempotencyOptions options = {});
 
   ~IdempotencyLayer();
   IdempotencyLayer(const IdempotencyLayer&) = delete;
@@ -167,19 +175,14 @@ class IdempotencyLayer {
   Result<int64_t> PurgeExpired();
 
  private:
-  struct Claim;
-  IdempotencyLayer(std::unique_ptr<SQLite::Database> db, IdempotencyOptions options);
+  IdempotencyLayer(std::unique_ptr<storage::Store> owned, storage::KeyRecordStore* records,
+                   IdempotencyOptions options);
 
   void Serve(const httplib::Server::Handler& handler, const WrapOptions& options,
              const httplib::Request& req, httplib::Response& res);
-  Result<Claim> TryClaim(const std::string& scope, const std::string& key,
-                         const std::string& fingerprint);
-  Status Complete(const std::string& scope, const std::string& key, const std::string& token,
-                  const httplib::Response& res);
-  Status Release(const std::string& scope, const std::string& key, const std::string& token);
 
-  std::mutex mu_;  // guards db_: one connection, one statement at a time
-  std::unique_ptr<SQLite::Database> db_;
+  std::unique_ptr<storage::Store> owned_;  // Open's SQLite file; null for Create
+  storage::KeyRecordStore* records_;       // owned_'s, or Create's
   IdempotencyOptions options_;
   Clock* clock_;
 };

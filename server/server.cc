@@ -15,6 +15,8 @@
 #include "server/problem.h"
 #include "server/routes.h"
 #include "server/spec_registry.h"
+#include "storage/server_state.h"
+#include "storage/sqlite_store.h"
 
 #include "common/json_util.h"
 #include "observability/observability.h"
@@ -25,6 +27,8 @@ struct Server::Impl {
   ServerOptions options;
   Clock* clock = nullptr;
   std::atomic<bool> stop_flag{false};
+  // The deprecated state file, for a store that keeps no server state.
+  std::unique_ptr<storage::SqliteStore> state_file;
   std::unique_ptr<Authenticator> auth;
   std::unique_ptr<Engine> engine;
   std::unique_ptr<IdempotencyGuard> keys;
@@ -61,8 +65,10 @@ Result<std::unique_ptr<Server>> Server::Create(storage::Store* store, const Tool
   if (options.port < 0 || options.port > 65535) {
     return Status::InvalidArgument("server: port must be 0..65535");
   }
-  if (options.state_path.empty()) {
-    return Status::InvalidArgument("server: a state file (keys, specs) is required");
+  const bool has_state = store->KeyRecords() != nullptr && store->Specs() != nullptr;
+  if (!has_state && options.state_path.empty()) {
+    return Status::InvalidArgument(
+        "server: the store keeps no server state (keys, specs); a state file is required");
   }
   auto impl = std::make_unique<Impl>();
   Impl* raw = impl.get();
@@ -70,12 +76,24 @@ Result<std::unique_ptr<Server>> Server::Create(storage::Store* store, const Tool
   if (options.owner.empty()) options.owner = NewId("srv_");
   impl->options = std::move(options);
   const ServerOptions& o = impl->options;
-  auto keys = IdempotencyGuard::Open(o.state_path, o.idempotency_ttl_ms, impl->clock);
+  // Server state lives beside the journal, so that every server on one
+  // database shares its keys and specs.
+  storage::KeyRecordStore* records = store->KeyRecords();
+  storage::SpecStore* spec_store = store->Specs();
+  if (!has_state) {
+    storage::SqliteOptions so;
+    so.path = o.state_path;
+    so.clock = impl->clock;
+    auto file = storage::SqliteStore::Open(so);
+    if (!file.ok()) return file.status();
+    impl->state_file = std::move(file).value();
+    records = impl->state_file->KeyRecords();
+    spec_store = impl->state_file->Specs();
+  }
+  auto keys = IdempotencyGuard::Create(records, o.idempotency_ttl_ms, impl->clock);
   if (!keys.ok()) return keys.status();
   impl->keys = std::move(keys).value();
-  auto specs = SpecRegistry::Open(o.state_path, impl->clock);
-  if (!specs.ok()) return specs.status();
-  impl->specs = std::move(specs).value();
+  impl->specs = std::make_unique<SpecRegistry>(spec_store, impl->clock);
   impl->auth = std::make_unique<Authenticator>(o.principals);
 
   EngineOptions eo;

@@ -96,8 +96,10 @@ struct ServerOptions {
   int64_t lease_ms = 30'000;
   int64_t poll_ms = 100;     ///< Engine::Work's wait between empty claims
   int64_t sweep_ms = 2'000;  ///< the sweeper's period
-  /// The server's own SQLite file: Idempotency-Key records and the spec
-  /// registry. Required.
+  /// Deprecated (server state lives in the journal's store, see
+  /// storage/server_state.h): a SQLite file for the Idempotency-Key records
+  /// and the spec registry, read only when `store` keeps no server state
+  /// (Store::KeyRecords() or Specs() is nullptr, e.g. a test double).
   std::string state_path;
   int64_t idempotency_ttl_ms = 24LL * 3600 * 1000;
   size_t max_body_bytes = 1 << 20;  ///< larger bodies: 413
@@ -114,7 +116,7 @@ struct ServerOptions {
 
 class Server {
  public:
-  /// Checks the options (auth, loopback, state file). `store` and `tools`
+  /// Checks the options (auth, loopback, server state). `store` and `tools`
   /// are not owned and must outlive the server.
   /// kInvalidArgument for bad options; kFailedPrecondition for no auth
   /// without insecure_no_auth, or insecure_no_auth off loopback.

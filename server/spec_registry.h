@@ -6,33 +6,24 @@
 // version that exists with the same canonical document is a no-op (created
 // false); with another document, kConflict.
 //
-// Storage: the table `server_specs` in the server's SQLite state file (WAL).
+// Storage: a storage::SpecStore (storage/server_state.h), the table
+// `server_specs` in the journal's database, so that every server on one
+// database knows the same specs.
 // Thread safety: every method may be called from several threads at once.
 
-#include <cstdint>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
+
+#include "storage/server_state.h"
 
 #include "common/clock.h"
 #include "common/json_util.h"
 #include "common/status.h"
 
-namespace SQLite {  // NOLINT(readability-identifier-naming): SQLiteCpp's name
-class Database;
-}  // namespace SQLite
-
 namespace idem::server {
 
-struct SpecVersion {
-  std::string name;
-  int version = 0;
-  Json doc;
-  std::string fingerprint;  ///< Fingerprint(doc)
-  int64_t created_ms = 0;
-  std::string created_by;
-};
+using SpecVersion = storage::StoredSpec;
 
 struct SpecPut {
   SpecVersion version;
@@ -41,10 +32,9 @@ struct SpecPut {
 
 class SpecRegistry {
  public:
-  /// Opens (creating) the registry in the SQLite file at `path`. `clock` is
-  /// not owned. kInternal / kUnavailable on SQLite failures.
-  static Result<std::unique_ptr<SpecRegistry>> Open(const std::string& path, Clock* clock);
-  ~SpecRegistry();
+  /// The registry over `specs`; `clock` stamps new versions. Neither is
+  /// owned; both must outlive the registry.
+  SpecRegistry(storage::SpecStore* specs, Clock* clock);
 
   /// Stores `doc` as `name` version `version`. kConflict: that version
   /// exists with another document.
@@ -55,10 +45,8 @@ class SpecRegistry {
   Result<std::vector<SpecVersion>> List();
 
  private:
-  SpecRegistry(std::unique_ptr<SQLite::Database> db, Clock* clock);
-  std::mutex mu_;  // guards db_
-  std::unique_ptr<SQLite::Database> db_;
-  Clock* clock_;
+  storage::SpecStore* const specs_;
+  Clock* const clock_;
 };
 
 }  // namespace idem::server

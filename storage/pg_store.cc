@@ -190,15 +190,77 @@ constexpr std::array kReadStatements = {
     kSelectEffects,
 };
 
+// Server state (storage/server_state.h). Bodies travel as hex text (bytea
+// column), so that any bytes round-trip whatever bytea_output is.
+constexpr Statement kClaimKey = {
+    "claim_key",
+    "INSERT INTO idempotency (scope, key, fingerprint, state, created_ms, claimed_ms,"
+    " claim_token) VALUES ($1, $2, $3, 'in_flight', $4, $4, $5)"
+    " ON CONFLICT (scope, key) DO NOTHING RETURNING txid_current()"};
+// After a claim's INSERT found the key taken: the row, locked until COMMIT
+// (READ COMMITTED: a fresh snapshot, so a concurrent claimer's row is seen).
+constexpr Statement kLockKey = {
+    "lock_key",
+    "SELECT fingerprint, state, status, content_type, encode(body, 'hex'), created_ms,"
+    " claimed_ms FROM idempotency WHERE scope = $1 AND key = $2 FOR UPDATE"};
+constexpr Statement kReclaimKey = {
+    "reclaim_key",
+    "UPDATE idempotency SET fingerprint = $3, state = 'in_flight', status = 0,"
+    " content_type = '', body = ''::bytea,"
+    " created_ms = CASE WHEN $4::boolean THEN $5 ELSE created_ms END, claimed_ms = $5,"
+    " claim_token = $6 WHERE scope = $1 AND key = $2 RETURNING txid_current()"};
+constexpr Statement kCompleteKey = {
+    "complete_key",
+    "UPDATE idempotency SET state = 'done', status = $4, content_type = $5,"
+    " body = decode($6, 'hex') WHERE scope = $1 AND key = $2 AND claim_token = $3"
+    " AND state = 'in_flight' RETURNING txid_current()"};
+constexpr Statement kReleaseKey = {
+    "release_key",
+    "DELETE FROM idempotency WHERE scope = $1 AND key = $2 AND claim_token = $3"
+    " AND state = 'in_flight' RETURNING txid_current()"};
+constexpr Statement kPurgeKeys = {
+    "purge_keys",
+    "DELETE FROM idempotency WHERE state = 'done' AND created_ms <= $1"
+    " RETURNING txid_current()"};
+constexpr Statement kInsertSpec = {
+    "insert_spec",
+    "INSERT INTO server_specs (name, version, doc, fingerprint, created_ms, created_by)"
+    " VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (name, version) DO NOTHING"
+    " RETURNING txid_current()"};
+#define IDEM_PG_SPEC_COLUMNS \
+  "SELECT name, version, doc, fingerprint, created_ms, created_by FROM server_specs"
+constexpr Statement kSelectSpec = {"select_spec",
+                                   IDEM_PG_SPEC_COLUMNS " WHERE name = $1 AND version = $2"};
+
 // Run through libpq pipelines (see Pipe), prepared at a connection's first write.
 constexpr std::array kWriteStatements = {
-    kSagaExists,           kLockSaga,      kSagaEpoch,
-    kInsertIntent,         kSelectIntent,  kInsertSaga,
-    kInsertStep,           kInsertJournal, kUpdateSaga,
-    kUpdateSagaAndJournal, kReleaseFenced, kUpsertStep,
-    kUpsertStepAndJournal, kConsumeToken,  kInsertEffect,
-    kRenewLease,           kReleaseLease,  kClaimSaga,
+    kSagaExists,
+    kLockSaga,
+    kSagaEpoch,
+    kInsertIntent,
+    kSelectIntent,
+    kInsertSaga,
+    kInsertStep,
+    kInsertJournal,
+    kUpdateSaga,
+    kUpdateSagaAndJournal,
+    kReleaseFenced,
+    kUpsertStep,
+    kUpsertStepAndJournal,
+    kConsumeToken,
+    kInsertEffect,
+    kRenewLease,
+    kReleaseLease,
+    kClaimSaga,
     kLeaseHolder,
+    kClaimKey,
+    kLockKey,
+    kReclaimKey,
+    kCompleteKey,
+    kReleaseKey,
+    kPurgeKeys,
+    kInsertSpec,
+    kSelectSpec,
 };
 
 // ---- Errors -----------------------------------------------------------------
@@ -1807,6 +1869,250 @@ Result<std::vector<EffectRecord>> PgStore::ListEffects(const std::string& saga_i
           f.external_ref = FieldText(r[5]);
           f.at_ms = r[6].as<int64_t>();
           out.push_back(std::move(f));
+        }
+        return out;
+      });
+}
+
+// ---- Server state -------------------------------------------------------------
+
+namespace {
+
+std::string HexEncode(const std::string& bytes) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(bytes.size() * 2);
+  for (unsigned char c : bytes) {
+    out.push_back(kDigits[c >> 4]);
+    out.push_back(kDigits[c & 0xf]);
+  }
+  return out;
+}
+
+int HexDigit(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  throw DataError("idempotency.body: not hex");
+}
+
+std::string HexDecode(const std::string& hex) {
+  if (hex.size() % 2 != 0) throw DataError("idempotency.body: odd hex length");
+  std::string out;
+  out.reserve(hex.size() / 2);
+  for (size_t i = 0; i < hex.size(); i += 2) {
+    out.push_back(static_cast<char>(HexDigit(hex[i]) * 16 + HexDigit(hex[i + 1])));
+  }
+  return out;
+}
+
+// Columns fingerprint, state, status, content_type, hex body, created_ms.
+KeyRecord ReadKey(const Reply& r) {
+  KeyRecord k;
+  k.fingerprint = r.text(0, 0);
+  k.state = r.text(0, 1);
+  k.status = static_cast<int>(r.i64(0, 2));
+  k.content_type = r.text(0, 3);
+  k.body = HexDecode(r.text(0, 4));
+  k.created_ms = r.i64(0, 5);
+  return k;
+}
+
+StoredSpec ReadSpec(const std::string& name, int version, const std::string& doc,
+                    const std::string& fingerprint, int64_t created_ms,
+                    const std::string& created_by) {
+  StoredSpec v;
+  v.name = name;
+  v.version = version;
+  Result<Json> parsed = ParseJson(doc, "server_specs.doc", 1 << 20);
+  if (!parsed.ok()) throw DataError(parsed.status().message());
+  v.doc = std::move(parsed).value();
+  v.fingerprint = fingerprint;
+  v.created_ms = created_ms;
+  v.created_by = created_by;
+  return v;
+}
+
+StoredSpec ReadSpec(const pqxx::row& r) {
+  return ReadSpec(FieldText(r[0]), r[1].as<int>(), FieldText(r[2]), FieldText(r[3]),
+                  r[4].as<int64_t>(), FieldText(r[5]));
+}
+
+}  // namespace
+
+Result<KeyClaim> PgStore::ClaimKey(const std::string& scope, const std::string& key,
+                                   const std::string& fingerprint, const KeyClaimPolicy& policy) {
+  IDEM_RETURN_IF_ERROR(
+      CheckTexts("claim idempotency key: ",
+                 {{&scope, "scope"}, {&key, "key"}, {&fingerprint, "fingerprint"}}));
+  return Run<KeyClaim>(
+      "claim idempotency key", Access::kWrite,
+      [&](WriteTx& tx, WriteNote* note) -> Result<KeyClaim> {
+        KeyClaim claim;
+        claim.token = NewId("clm_");
+        // Change instead of check: the INSERT is the claim.
+        Pipe p(tx);
+        p.Add(kClaimKey, scope, key, fingerprint, policy.now_ms, claim.token);
+        p.Add(kLockKey, scope, key);
+        std::vector<Reply> got = p.Run();
+        ThrowFirstError(p, tx.raw(), got);
+        if (got[0].rows() == 1) {
+          note->txid = got[0].i64(0, 0);
+          claim.kind = KeyClaim::Kind::kClaimed;
+          return claim;
+        }
+        if (got[1].rows() == 0) return Status::Internal("the conflicting idempotency row vanished");
+        KeyRecord r = ReadKey(got[1]);
+        const int64_t claimed_ms = got[1].i64(0, 6);
+        const ExistingKey decided = DecideExistingKey(r, claimed_ms, fingerprint, policy);
+        if (decided == ExistingKey::kRestart || decided == ExistingKey::kTakeOver) {
+          Pipe u(tx);
+          u.Add(kReclaimKey, scope, key, fingerprint, decided == ExistingKey::kRestart,
+                policy.now_ms, claim.token);
+          std::vector<Reply> up = u.Run();
+          ThrowFirstError(u, tx.raw(), up);
+          note->txid = up[0].i64(0, 0);
+          claim.kind = KeyClaim::Kind::kClaimed;
+          return claim;
+        }
+        note->nothing_written = true;
+        return UnclaimedKey(decided, std::move(r));
+      });
+}
+
+Status PgStore::CompleteKey(const std::string& scope, const std::string& key,
+                            const std::string& token, int status, const std::string& content_type,
+                            const std::string& body) {
+  IDEM_RETURN_IF_ERROR(
+      CheckTexts("store idempotent response: ",
+                 {{&scope, "scope"}, {&key, "key"}, {&content_type, "content_type"}}));
+  const std::string hex = HexEncode(body);
+  Result<bool> done =
+      Run<bool>("store idempotent response", Access::kWrite,
+                [&](WriteTx& tx, WriteNote* note) -> Result<bool> {
+                  Pipe p(tx);
+                  p.Add(kCompleteKey, scope, key, token, status, content_type, hex);
+                  std::vector<Reply> got = p.Run();
+                  ThrowFirstError(p, tx.raw(), got);
+                  if (got[0].rows() != 1) {
+                    return Status::Aborted(
+                        "the claim on this key was taken over; the response is not stored");
+                  }
+                  note->txid = got[0].i64(0, 0);
+                  return true;
+                });
+  return done.status();
+}
+
+Status PgStore::ReleaseKey(const std::string& scope, const std::string& key,
+                           const std::string& token) {
+  if (HasNul(scope) || HasNul(key) || HasNul(token)) return Status::Ok();  // cannot be stored
+  Result<bool> done = Run<bool>("release idempotency key", Access::kWrite,
+                                [&](WriteTx& tx, WriteNote* note) -> Result<bool> {
+                                  Pipe p(tx);
+                                  p.Add(kReleaseKey, scope, key, token);
+                                  std::vector<Reply> got = p.Run();
+                                  ThrowFirstError(p, tx.raw(), got);
+                                  if (got[0].rows() == 0) {
+                                    note->nothing_written = true;
+                                  } else {
+                                    note->txid = got[0].i64(0, 0);
+                                  }
+                                  return true;
+                                });
+  return done.status();
+}
+
+Result<KeyRecord> PgStore::FindKey(const std::string& scope, const std::string& key) {
+  if (HasNul(scope) || HasNul(key)) return Status::NotFound("no idempotency record for this key");
+  return Run<KeyRecord>(
+      "read idempotency record", Access::kOneStatement,
+      [&](pqxx::transaction_base& tx) -> Result<KeyRecord> {
+        pqxx::result q = tx.exec_params(
+            "SELECT fingerprint, state, status, content_type, encode(body, 'hex'), created_ms"
+            " FROM idempotency WHERE scope = $1 AND key = $2",
+            scope, key);
+        if (q.empty()) return Status::NotFound("no idempotency record for this key");
+        KeyRecord k;
+        k.fingerprint = FieldText(q[0][0]);
+        k.state = FieldText(q[0][1]);
+        k.status = q[0][2].as<int>();
+        k.content_type = FieldText(q[0][3]);
+        k.body = HexDecode(FieldText(q[0][4]));
+        k.created_ms = q[0][5].as<int64_t>();
+        return k;
+      });
+}
+
+Result<int64_t> PgStore::PurgeKeys(int64_t created_at_or_before_ms) {
+  return Run<int64_t>("purge idempotency records", Access::kWrite,
+                      [&](WriteTx& tx, WriteNote* note) -> Result<int64_t> {
+                        Pipe p(tx);
+                        p.Add(kPurgeKeys, created_at_or_before_ms);
+                        std::vector<Reply> got = p.Run();
+                        ThrowFirstError(p, tx.raw(), got);
+                        if (got[0].rows() == 0) {
+                          note->nothing_written = true;
+                        } else {
+                          note->txid = got[0].i64(0, 0);
+                        }
+                        return static_cast<int64_t>(got[0].rows());
+                      });
+}
+
+Result<SpecPutOutcome> PgStore::PutSpec(const StoredSpec& spec) {
+  IDEM_RETURN_IF_ERROR(CheckTexts("spec registry: ", {{&spec.name, "spec name"},
+                                                      {&spec.fingerprint, "fingerprint"},
+                                                      {&spec.created_by, "created_by"}}));
+  const std::string doc = CanonicalJson(spec.doc);
+  return Run<SpecPutOutcome>(
+      "spec registry", Access::kWrite, [&](WriteTx& tx, WriteNote* note) -> Result<SpecPutOutcome> {
+        // The INSERT settles a race with a concurrent put of the version;
+        // the SELECT after it (a fresh snapshot) sees the winner's row.
+        Pipe p(tx);
+        p.Add(kInsertSpec, spec.name, spec.version, doc, spec.fingerprint, spec.created_ms,
+              spec.created_by);
+        p.Add(kSelectSpec, spec.name, spec.version);
+        std::vector<Reply> got = p.Run();
+        ThrowFirstError(p, tx.raw(), got);
+        if (got[0].rows() == 1) {
+          note->txid = got[0].i64(0, 0);
+          return SpecPutOutcome{spec, true};
+        }
+        note->nothing_written = true;
+        if (got[1].rows() == 0) return Status::Internal("the conflicting spec row vanished");
+        const Reply& r = got[1];
+        return SettleExistingSpec(ReadSpec(r.text(0, 0), static_cast<int>(r.i64(0, 1)),
+                                           r.text(0, 2), r.text(0, 3), r.i64(0, 4), r.text(0, 5)),
+                                  spec);
+      });
+}
+
+Result<StoredSpec> PgStore::GetSpec(const std::string& name, int version) {
+  if (HasNul(name)) return SpecNotFound(name, version);
+  return Run<StoredSpec>(
+      "spec registry", Access::kOneStatement,
+      [&](pqxx::transaction_base& tx) -> Result<StoredSpec> {
+        pqxx::result q =
+            version > 0
+                ? tx.exec_params(IDEM_PG_SPEC_COLUMNS " WHERE name = $1 AND version = $2", name,
+                                 version)
+                : tx.exec_params(
+                      IDEM_PG_SPEC_COLUMNS " WHERE name = $1 ORDER BY version DESC LIMIT 1", name);
+        if (q.empty()) return SpecNotFound(name, version);
+        return ReadSpec(q[0]);
+      });
+}
+
+Result<std::vector<StoredSpec>> PgStore::ListSpecs() {
+  return Run<std::vector<StoredSpec>>(
+      "spec registry", Access::kOneStatement,
+      [&](pqxx::transaction_base& tx) -> Result<std::vector<StoredSpec>> {
+        std::vector<StoredSpec> out;
+        // COLLATE "C": by the bytes of the name, as in SQLite.
+        for (const pqxx::row& r :
+             tx.exec(IDEM_PG_SPEC_COLUMNS " ORDER BY name COLLATE \"C\", version")) {
+          out.push_back(ReadSpec(r));
         }
         return out;
       });

@@ -90,6 +90,7 @@
 #include <vector>
 
 #include "storage/group_commit.h"
+#include "storage/server_state.h"
 #include "storage/store.h"
 
 #include "common/clock.h"
@@ -146,7 +147,7 @@ struct PgStats {
   int64_t commits_queued = 0;       ///< Commit calls waiting for a leader now
 };
 
-class PgStore : public Store {
+class PgStore : public Store, public KeyRecordStore, public SpecStore {
  public:
   /// Connects, checks the server and applies pending migrations.
   /// kInvalidArgument: bad options. kUnavailable: the server cannot be reached.
@@ -178,6 +179,26 @@ class PgStore : public Store {
                           int64_t lease_ms) override;
   Status RenewLease(const Lease& lease, int64_t lease_ms) override;
   Status ReleaseLease(const Lease& lease) override;
+
+  KeyRecordStore* KeyRecords() override { return this; }
+  SpecStore* Specs() override { return this; }
+
+  // Server state (storage/server_state.h): each write is one READ COMMITTED
+  // transaction; a claim INSERTs ... ON CONFLICT DO NOTHING and, when the key
+  // was taken, locks its row (FOR UPDATE) before judging it, so that of
+  // concurrent claimers (any process) one wins. Times are the caller's
+  // (KeyClaimPolicy::now_ms, StoredSpec::created_ms), not the server's.
+  Result<KeyClaim> ClaimKey(const std::string& scope, const std::string& key,
+                            const std::string& fingerprint, const KeyClaimPolicy& policy) override;
+  Status CompleteKey(const std::string& scope, const std::string& key, const std::string& token,
+                     int status, const std::string& content_type, const std::string& body) override;
+  Status ReleaseKey(const std::string& scope, const std::string& key,
+                    const std::string& token) override;
+  Result<KeyRecord> FindKey(const std::string& scope, const std::string& key) override;
+  Result<int64_t> PurgeKeys(int64_t created_at_or_before_ms) override;
+  Result<SpecPutOutcome> PutSpec(const StoredSpec& spec) override;
+  Result<StoredSpec> GetSpec(const std::string& name, int version) override;
+  Result<std::vector<StoredSpec>> ListSpecs() override;
 
   /// A snapshot of the recovery and Commit counters.
   PgStats Stats() const;

@@ -60,6 +60,7 @@
 #include <vector>
 
 #include "storage/group_commit.h"
+#include "storage/server_state.h"
 #include "storage/store.h"
 
 #include "common/clock.h"
@@ -107,7 +108,7 @@ struct SqliteSettings {
   int busy_timeout_ms = 0;
 };
 
-class SqliteStore : public Store {
+class SqliteStore : public Store, public KeyRecordStore, public SpecStore {
  public:
   /// Opens (creating if needed) the database at `options.path`, checks that it
   /// runs in WAL mode and applies pending migrations.
@@ -141,6 +142,24 @@ class SqliteStore : public Store {
                           int64_t lease_ms) override;
   Status RenewLease(const Lease& lease, int64_t lease_ms) override;
   Status ReleaseLease(const Lease& lease) override;
+
+  KeyRecordStore* KeyRecords() override { return this; }
+  SpecStore* Specs() override { return this; }
+
+  // Server state (storage/server_state.h; storage/sqlite_server_state.cc):
+  // each call is one transaction on the write connection (a claim and a put
+  // BEGIN IMMEDIATE, so that of concurrent claimers one wins).
+  Result<KeyClaim> ClaimKey(const std::string& scope, const std::string& key,
+                            const std::string& fingerprint, const KeyClaimPolicy& policy) override;
+  Status CompleteKey(const std::string& scope, const std::string& key, const std::string& token,
+                     int status, const std::string& content_type, const std::string& body) override;
+  Status ReleaseKey(const std::string& scope, const std::string& key,
+                    const std::string& token) override;
+  Result<KeyRecord> FindKey(const std::string& scope, const std::string& key) override;
+  Result<int64_t> PurgeKeys(int64_t created_at_or_before_ms) override;
+  Result<SpecPutOutcome> PutSpec(const StoredSpec& spec) override;
+  Result<StoredSpec> GetSpec(const std::string& name, int version) override;
+  Result<std::vector<StoredSpec>> ListSpecs() override;
 
   /// A snapshot of the Commit counters.
   SqliteStats Stats() const;

@@ -33,6 +33,9 @@ class Clock;  // common/clock.h
 
 namespace idem::storage {
 
+class KeyRecordStore;  // storage/server_state.h
+class SpecStore;       // storage/server_state.h
+
 /// An append-only journal line. `seq` is assigned by the store.
 struct JournalEntry {
   int64_t seq = 0;
@@ -216,6 +219,16 @@ class Store {
 
   /// Gives a held lease up (expiry now). kAborted if it was already lost.
   virtual Status ReleaseLease(const Lease& lease) = 0;
+
+  // ---- server state beside the journal (storage/server_state.h)
+
+  /// The Idempotency-Key records in this store's database; nullptr for a
+  /// store without them (a test double). Owned by the store.
+  virtual KeyRecordStore* KeyRecords() { return nullptr; }
+
+  /// The spec registry's table in this store's database; nullptr for a
+  /// store without it. Owned by the store.
+  virtual SpecStore* Specs() { return nullptr; }
 };
 
 /// Opens a store from a locator: a file path or "sqlite:PATH" for SQLite;

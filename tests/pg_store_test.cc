@@ -325,11 +325,11 @@ TEST(PgStoreTest, Version2DatabaseIsMigratedToLeases) {
   // Back to what version 2 left (dropping the columns drops the index).
   ASSERT_EQ("", raw.Exec("ALTER TABLE sagas DROP COLUMN lease_owner,"
                          " DROP COLUMN lease_expires_ms, DROP COLUMN lease_epoch"));
-  ASSERT_EQ("", raw.Exec("DELETE FROM schema_migrations WHERE version = 3"));
+  ASSERT_EQ("", raw.Exec("DELETE FROM schema_migrations WHERE version >= 3"));
   ASSERT_EQ("", raw.Text("SELECT to_regclass('sagas_by_state_lease')"));
   std::unique_ptr<PgStore> store = MustOpen(db.Url());
   ASSERT_NE(store, nullptr);
-  EXPECT_EQ(3, store->SchemaVersion());
+  EXPECT_EQ(PgStore::LatestSchemaVersion(), store->SchemaVersion());
   Result<std::vector<Lease>> claimed = store->ClaimSagas({"pending"}, "w", 1000, 10);
   STORE_ASSERT_OK(claimed);
   ASSERT_EQ(1u, claimed->size());

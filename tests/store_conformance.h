@@ -29,6 +29,7 @@
 
 #include <gtest/gtest.h>
 
+#include "storage/server_state.h"
 #include "storage/store.h"
 #include "tests/test_util.h"
 
@@ -149,6 +150,16 @@ class StoreConformanceTest : public ::testing::Test {
   }
 
   Store& store() { return *store_; }
+
+  /// The store's server state (storage/server_state.h); every backend has it.
+  KeyRecordStore& keys() {
+    EXPECT_NE(store_->KeyRecords(), nullptr);
+    return *store_->KeyRecords();
+  }
+  SpecStore& specs() {
+    EXPECT_NE(store_->Specs(), nullptr);
+    return *store_->Specs();
+  }
 
   size_t JournalSize(const std::string& saga_id) {
     Result<std::vector<JournalEntry>> j = store_->ReadJournal(saga_id);
@@ -1244,6 +1255,237 @@ TYPED_TEST_P(StoreConformanceTest, ConcurrentClaimersNeverShareASaga) {
   EXPECT_TRUE(rest->empty());
 }
 
+// ---- Server state: Idempotency-Key records and specs ---------------------------
+
+inline KeyClaimPolicy PolicyAt(int64_t now_ms) {
+  KeyClaimPolicy p;
+  p.now_ms = now_ms;
+  p.lock_timeout_ms = 60'000;
+  p.ttl_ms = 24LL * 3600 * 1000;
+  return p;
+}
+
+TYPED_TEST_P(StoreConformanceTest, KeyIsClaimedOnceThenInFlightAndOtherPayloadMismatches) {
+  Result<KeyClaim> first = this->keys().ClaimKey("scope", "k-1", "fp-a", PolicyAt(1000));
+  STORE_ASSERT_OK(first);
+  EXPECT_EQ(KeyClaim::Kind::kClaimed, first->kind);
+  EXPECT_FALSE(first->token.empty());
+  // The first request is still running: 409 semantics.
+  Result<KeyClaim> again = this->keys().ClaimKey("scope", "k-1", "fp-a", PolicyAt(1001));
+  STORE_ASSERT_OK(again);
+  EXPECT_EQ(KeyClaim::Kind::kInFlight, again->kind);
+  EXPECT_TRUE(again->token.empty());
+  // Another payload under the key: 422 semantics.
+  Result<KeyClaim> other = this->keys().ClaimKey("scope", "k-1", "fp-b", PolicyAt(1002));
+  STORE_ASSERT_OK(other);
+  EXPECT_EQ(KeyClaim::Kind::kMismatch, other->kind);
+  // Another scope is another key.
+  Result<KeyClaim> elsewhere = this->keys().ClaimKey("scope-2", "k-1", "fp-b", PolicyAt(1003));
+  STORE_ASSERT_OK(elsewhere);
+  EXPECT_EQ(KeyClaim::Kind::kClaimed, elsewhere->kind);
+
+  Result<KeyRecord> rec = this->keys().FindKey("scope", "k-1");
+  STORE_ASSERT_OK(rec);
+  EXPECT_EQ("in_flight", rec->state);
+  EXPECT_EQ("fp-a", rec->fingerprint);
+  EXPECT_EQ(1000, rec->created_ms);
+  EXPECT_EQ(Code::kNotFound, this->keys().FindKey("scope", "absent").status().code());
+}
+
+TYPED_TEST_P(StoreConformanceTest, StoredResponseIsReplayedAndSurvivesReopen) {
+  Result<KeyClaim> claim = this->keys().ClaimKey("scope", "k-1", "fp-a", PolicyAt(1000));
+  STORE_ASSERT_OK(claim);
+  ASSERT_EQ(KeyClaim::Kind::kClaimed, claim->kind);
+  const std::string body = std::string("{\"id\":1}\0\xff\x01", 11);
+  STORE_ASSERT_OK(
+      this->keys().CompleteKey("scope", "k-1", claim->token, 201, "application/json", body));
+  // The record is done: its claim cannot complete or release it again.
+  EXPECT_EQ(Code::kAborted,
+            this->keys().CompleteKey("scope", "k-1", claim->token, 500, "text/plain", "x").code());
+  STORE_EXPECT_OK(this->keys().ReleaseKey("scope", "k-1", claim->token));
+  ASSERT_NO_FATAL_FAILURE(this->Reopen());
+
+  Result<KeyClaim> replay = this->keys().ClaimKey("scope", "k-1", "fp-a", PolicyAt(2000));
+  STORE_ASSERT_OK(replay);
+  ASSERT_EQ(KeyClaim::Kind::kReplay, replay->kind);
+  EXPECT_EQ("done", replay->stored.state);
+  EXPECT_EQ(201, replay->stored.status);
+  EXPECT_EQ("application/json", replay->stored.content_type);
+  EXPECT_EQ(body, replay->stored.body);
+  EXPECT_EQ(1000, replay->stored.created_ms);
+  Result<KeyClaim> other = this->keys().ClaimKey("scope", "k-1", "fp-b", PolicyAt(2001));
+  STORE_ASSERT_OK(other);
+  EXPECT_EQ(KeyClaim::Kind::kMismatch, other->kind);
+  Result<KeyRecord> rec = this->keys().FindKey("scope", "k-1");
+  STORE_ASSERT_OK(rec);
+  EXPECT_EQ(body, rec->body);
+}
+
+TYPED_TEST_P(StoreConformanceTest, ReleasedKeyIsClaimableAgain) {
+  Result<KeyClaim> claim = this->keys().ClaimKey("scope", "k-1", "fp-a", PolicyAt(1000));
+  STORE_ASSERT_OK(claim);
+  STORE_ASSERT_OK(this->keys().ReleaseKey("scope", "k-1", claim->token));
+  EXPECT_EQ(Code::kNotFound, this->keys().FindKey("scope", "k-1").status().code());
+  Result<KeyClaim> again = this->keys().ClaimKey("scope", "k-1", "fp-b", PolicyAt(1001));
+  STORE_ASSERT_OK(again);
+  EXPECT_EQ(KeyClaim::Kind::kClaimed, again->kind);
+  EXPECT_NE(claim->token, again->token);
+}
+
+TYPED_TEST_P(StoreConformanceTest, AbandonedClaimIsTakenOverAndTheOldHolderIsFenced) {
+  const KeyClaimPolicy at = PolicyAt(1000);
+  Result<KeyClaim> old = this->keys().ClaimKey("scope", "k-1", "fp-a", at);
+  STORE_ASSERT_OK(old);
+  const int64_t late = 1000 + at.lock_timeout_ms;
+  Result<KeyClaim> other = this->keys().ClaimKey("scope", "k-1", "fp-b", PolicyAt(late));
+  STORE_ASSERT_OK(other);
+  EXPECT_EQ(KeyClaim::Kind::kMismatch, other->kind);  // only the same request takes over
+  Result<KeyClaim> next = this->keys().ClaimKey("scope", "k-1", "fp-a", PolicyAt(late));
+  STORE_ASSERT_OK(next);
+  ASSERT_EQ(KeyClaim::Kind::kClaimed, next->kind);
+  EXPECT_EQ(Code::kAborted,
+            this->keys().CompleteKey("scope", "k-1", old->token, 200, "text/plain", "old").code());
+  STORE_ASSERT_OK(this->keys().CompleteKey("scope", "k-1", next->token, 200, "text/plain", "new"));
+  Result<KeyRecord> rec = this->keys().FindKey("scope", "k-1");
+  STORE_ASSERT_OK(rec);
+  EXPECT_EQ("new", rec->body);
+  EXPECT_EQ(1000, rec->created_ms);  // a take-over keeps the record's age
+}
+
+TYPED_TEST_P(StoreConformanceTest, ExpiredKeyStartsANewRequestAndIsPurged) {
+  const KeyClaimPolicy at = PolicyAt(1000);
+  for (const char* key : {"k-1", "k-2"}) {
+    Result<KeyClaim> c = this->keys().ClaimKey("scope", key, "fp-a", at);
+    STORE_ASSERT_OK(c);
+    STORE_ASSERT_OK(this->keys().CompleteKey("scope", key, c->token, 200, "text/plain", key));
+  }
+  Result<KeyClaim> in_flight = this->keys().ClaimKey("scope", "k-3", "fp-a", at);
+  STORE_ASSERT_OK(in_flight);
+  const int64_t expired = 1000 + at.ttl_ms;
+  Result<KeyClaim> renewed = this->keys().ClaimKey("scope", "k-1", "fp-b", PolicyAt(expired));
+  STORE_ASSERT_OK(renewed);
+  EXPECT_EQ(KeyClaim::Kind::kClaimed, renewed->kind);
+  Result<KeyRecord> rec = this->keys().FindKey("scope", "k-1");
+  STORE_ASSERT_OK(rec);
+  EXPECT_EQ("in_flight", rec->state);
+  EXPECT_EQ("fp-b", rec->fingerprint);
+  EXPECT_EQ(expired, rec->created_ms);
+  // Done records created at or before the cutoff go; in_flight ones stay.
+  Result<int64_t> purged = this->keys().PurgeKeys(1000);
+  STORE_ASSERT_OK(purged);
+  EXPECT_EQ(1, *purged);
+  EXPECT_EQ(Code::kNotFound, this->keys().FindKey("scope", "k-2").status().code());
+  STORE_EXPECT_OK(this->keys().FindKey("scope", "k-3"));
+  STORE_EXPECT_OK(this->keys().FindKey("scope", "k-1"));
+}
+
+TYPED_TEST_P(StoreConformanceTest, ConcurrentClaimsOfOneKeyFromTwoConnectionsHaveOneWinner) {
+  Result<std::unique_ptr<Store>> second = this->factory_.Open();
+  STORE_ASSERT_OK(second);
+  ASSERT_NE((*second)->KeyRecords(), nullptr);
+  KeyRecordStore* sides[2] = {&this->keys(), (*second)->KeyRecords()};
+  std::atomic<int> claimed{0};
+  std::atomic<int> in_flight{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&, t] {
+      for (int attempt = 0; attempt < 50; ++attempt) {
+        Result<KeyClaim> c = sides[t % 2]->ClaimKey("scope", "k-1", "fp-a", PolicyAt(1000 + t));
+        if (!c.ok() &&
+            (c.status().code() == Code::kUnavailable || c.status().code() == Code::kAborted)) {
+          SleepMs(5);
+          continue;
+        }
+        if (c.ok() && c->kind == KeyClaim::Kind::kClaimed) ++claimed;
+        if (c.ok() && c->kind == KeyClaim::Kind::kInFlight) ++in_flight;
+        return;
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(1, claimed.load());
+  EXPECT_EQ(7, in_flight.load());
+}
+
+inline StoredSpec MakeSpec(const std::string& name, int version, const Json& doc) {
+  StoredSpec s;
+  s.name = name;
+  s.version = version;
+  s.doc = doc;
+  s.fingerprint = Fingerprint(doc);
+  s.created_ms = 1000 + version;
+  s.created_by = "alice";
+  return s;
+}
+
+TYPED_TEST_P(StoreConformanceTest, SpecVersionsAreStoredOnceAndNeverChange) {
+  const Json doc = Json{{"name", "travel"}, {"steps", Json::array({"flight"})}};
+  Result<SpecPutOutcome> put = this->specs().PutSpec(MakeSpec("travel", 1, doc));
+  STORE_ASSERT_OK(put);
+  EXPECT_TRUE(put->created);
+  Result<SpecPutOutcome> same = this->specs().PutSpec(MakeSpec("travel", 1, doc));
+  STORE_ASSERT_OK(same);
+  EXPECT_FALSE(same->created);
+  EXPECT_EQ(1001, same->spec.created_ms);
+  const Json other = Json{{"name", "travel"}, {"steps", Json::array({"hotel"})}};
+  EXPECT_EQ(Code::kConflict, this->specs().PutSpec(MakeSpec("travel", 1, other)).status().code());
+  STORE_ASSERT_OK(this->specs().PutSpec(MakeSpec("travel", 2, other)));
+  STORE_ASSERT_OK(this->specs().PutSpec(MakeSpec("alpha", 7, doc)));
+  ASSERT_NO_FATAL_FAILURE(this->Reopen());
+
+  Result<StoredSpec> latest = this->specs().GetSpec("travel", 0);
+  STORE_ASSERT_OK(latest);
+  EXPECT_EQ(2, latest->version);
+  EXPECT_EQ(other, latest->doc);
+  EXPECT_EQ(Fingerprint(other), latest->fingerprint);
+  EXPECT_EQ("alice", latest->created_by);
+  Result<StoredSpec> first = this->specs().GetSpec("travel", 1);
+  STORE_ASSERT_OK(first);
+  EXPECT_EQ(doc, first->doc);
+  EXPECT_EQ(1001, first->created_ms);
+  EXPECT_EQ(Code::kNotFound, this->specs().GetSpec("travel", 3).status().code());
+  EXPECT_EQ(Code::kNotFound, this->specs().GetSpec("absent", 0).status().code());
+  Result<std::vector<StoredSpec>> all = this->specs().ListSpecs();
+  STORE_ASSERT_OK(all);
+  ASSERT_EQ(3u, all->size());
+  EXPECT_EQ("alpha", (*all)[0].name);
+  EXPECT_EQ("travel", (*all)[1].name);
+  EXPECT_EQ(1, (*all)[1].version);
+  EXPECT_EQ(2, (*all)[2].version);
+}
+
+TYPED_TEST_P(StoreConformanceTest, ConcurrentPutsOfOneSpecVersionHaveOneWinner) {
+  Result<std::unique_ptr<Store>> second = this->factory_.Open();
+  STORE_ASSERT_OK(second);
+  ASSERT_NE((*second)->Specs(), nullptr);
+  SpecStore* sides[2] = {&this->specs(), (*second)->Specs()};
+  std::atomic<int> created{0};
+  std::atomic<int> existing{0};
+  std::atomic<int> conflicts{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&, t] {
+      // Even threads put one document, odd ones another.
+      const Json doc = Json{{"name", "travel"}, {"variant", t % 2}};
+      for (int attempt = 0; attempt < 50; ++attempt) {
+        Result<SpecPutOutcome> r = sides[t % 2]->PutSpec(MakeSpec("travel", 1, doc));
+        if (!r.ok() &&
+            (r.status().code() == Code::kUnavailable || r.status().code() == Code::kAborted)) {
+          SleepMs(5);
+          continue;
+        }
+        if (r.ok()) ++(r->created ? created : existing);
+        if (r.status().code() == Code::kConflict) ++conflicts;
+        return;
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(1, created.load());
+  EXPECT_EQ(3, existing.load());
+  EXPECT_EQ(4, conflicts.load());
+}
+
 REGISTER_TYPED_TEST_SUITE_P(
     StoreConformanceTest, CreateIntentCreatesSaga,
     SameKeySameFingerprintReturnsExistingAndWritesNothing,
@@ -1257,6 +1499,11 @@ REGISTER_TYPED_TEST_SUITE_P(
     ConcurrentConsumersOfOneNonceHaveOneWinner, ClaimTakesRunnableSagasOldestFirstUpToTheLimit,
     ClaimRejectsBadArguments, ExpiredLeaseIsTakenOverAndTheOldOwnerIsFenced,
     RenewedLeaseHoldsAndMissingSagaIsNotFound, ReleasedLeaseIsClaimableAtOnce,
-    CommitCanReleaseItsLease, ClaimSagaById, ConcurrentClaimersNeverShareASaga);
+    CommitCanReleaseItsLease, ClaimSagaById, ConcurrentClaimersNeverShareASaga,
+    KeyIsClaimedOnceThenInFlightAndOtherPayloadMismatches,
+    StoredResponseIsReplayedAndSurvivesReopen, ReleasedKeyIsClaimableAgain,
+    AbandonedClaimIsTakenOverAndTheOldHolderIsFenced, ExpiredKeyStartsANewRequestAndIsPurged,
+    ConcurrentClaimsOfOneKeyFromTwoConnectionsHaveOneWinner,
+    SpecVersionsAreStoredOnceAndNeverChange, ConcurrentPutsOfOneSpecVersionHaveOneWinner);
 
 }  // namespace idem::storage::conformance
