@@ -6,7 +6,7 @@ ASAN_BUILD ?= build-asan
 CMAKE_FLAGS ?=
 
 .PHONY: all deps build build-asan demo demo-server test test-fast test-asan clean format bench \
-	http-attack
+	http-attack http-attack-server
 
 all: build
 
@@ -54,6 +54,11 @@ bench: build
 http-attack: deps $(BUILD)/CMakeCache.txt
 	cmake --build $(BUILD) -j$(JOBS) --target http_attack
 	$(BUILD)/tests/http_attack
+
+# The same attacks at full size against a real `idem serve` (its RSS).
+http-attack-server: deps $(BUILD)/CMakeCache.txt
+	cmake --build $(BUILD) -j$(JOBS) --target http_attack idem
+	@bash scripts/http-attack-server.sh $(BUILD)
 
 format:
 	clang-format -i $$(git ls-files '*.cc' '*.h')

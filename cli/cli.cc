@@ -195,6 +195,7 @@ struct Options {
   std::string state_path;
   bool insecure_no_auth = false;
   int workers = 4;
+  server::ServerOptions limits;  ///< serve: the HTTP front's bounds (its defaults)
 };
 
 // What to do when another process drives the journal (DriverLock). A
@@ -535,7 +536,7 @@ int CmdWorker(const Options& o, const ToolRegistry& tools, storage::Store* store
 // `serve`: the REST API (server/server.h) until SIGTERM or SIGINT.
 int CmdServe(const Options& o, const ToolRegistry& tools, storage::Store* store,
              const preview_commit::TokenSigner* signer) {
-  server::ServerOptions so;
+  server::ServerOptions so = o.limits;
   size_t colon = o.listen.rfind(':');
   if (colon == std::string::npos || colon == 0) {
     return Fail(Status::InvalidArgument("--listen: expected HOST:PORT, got " + o.listen));
@@ -715,6 +716,39 @@ int RunCli(int argc, char** argv, const FrontendConfig& config) {
                   "serve without authentication (loopback only)");
   serve->add_option("--tools", o.tools_path, "an HTTP tools file to register");
   serve->add_option("--workers", o.workers, "sagas driven at once")->check(CLI::Range(1, 256));
+  // The HTTP front's bounds (docs/server.md "Limits"); the defaults are
+  // ServerOptions'.
+  server::ServerOptions& lim = o.limits;
+  serve
+      ->add_option("--request-timeout-ms", lim.request_timeout_ms,
+                   "one deadline for a whole request, first byte to last body byte (10000)")
+      ->check(CLI::PositiveNumber);
+  serve
+      ->add_option("--max-header-bytes", lim.max_header_bytes,
+                   "request line + header fields; larger: 431 (16384)")
+      ->check(CLI::PositiveNumber);
+  serve->add_option("--max-header-fields", lim.max_header_fields, "header lines; more: 431 (64)")
+      ->check(CLI::PositiveNumber);
+  serve
+      ->add_option("--max-body-bytes", lim.max_body_bytes,
+                   "decoded body, any transfer coding; larger: 413 (1048576)")
+      ->check(CLI::PositiveNumber);
+  serve
+      ->add_option("--max-connections", lim.max_connections,
+                   "connections open at once; more: 503 (1024)")
+      ->check(CLI::PositiveNumber);
+  serve
+      ->add_option("--max-connections-per-client", lim.max_connections_per_client,
+                   "connections per client IP address; more: 503 (64)")
+      ->check(CLI::PositiveNumber);
+  serve->add_option("--max-streams", lim.max_streams, "event streams open at once (512)")
+      ->check(CLI::PositiveNumber);
+  serve
+      ->add_option("--max-streams-per-client", lim.max_streams_per_client,
+                   "event streams per client IP address (32)")
+      ->check(CLI::PositiveNumber);
+  serve->add_option("--http-threads", lim.http_threads, "threads running handlers (8)")
+      ->check(CLI::Range(1, 256));
   serve->add_option("--state", o.state_path,
                     "deprecated, ignored: Idempotency-Key records and the spec registry live "
                     "in the journal's store");

@@ -7,7 +7,7 @@
 #include "saga/engine.h"
 #include "server/auth.h"
 #include "server/driver_pool.h"
-#include "server/httplib_adapter.h"
+#include "server/front.h"
 #include "server/metrics.h"
 #include "server/server.h"
 #include "server/spec_registry.h"

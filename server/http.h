@@ -1,7 +1,7 @@
 #pragma once
 // The server's own HTTP request and response: what handlers and routes are
 // written against, so that the HTTP library stays inside one adapter
-// (server/httplib_adapter.h).
+// (server/front.h).
 //
 // Header names compare case-insensitively (RFC 9110); a header may appear
 // more than once. Plain values, no thread safety of their own.

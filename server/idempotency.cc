@@ -27,12 +27,13 @@ std::string Quote(const std::string& s) { return "\"" + PrintableText(s) + "\"";
 
 // ---- Requests ------------------------------------------------------------------
 
-void Problem(httplib::Response& res, int status, const char* type, const std::string& title,
+void Problem(IdempotentResponse& res, int status, const char* type, const std::string& title,
              const std::string& detail) {
   Json doc = {{"type", type}, {"title", title}, {"status", status}, {"detail", detail}};
-  res = httplib::Response();
+  res = IdempotentResponse();
   res.status = status;
-  res.set_content(doc.dump(), "application/problem+json");
+  res.content_type = "application/problem+json";
+  res.body = doc.dump();
 }
 
 // The key from the header value: an RFC 8941 sf-string is unescaped, any
@@ -83,7 +84,7 @@ Result<std::string> ParseKey(const std::string& value) {
 
 // Method, path, sorted query parameters and the body (canonical JSON when it
 // parses, raw bytes otherwise).
-std::string RequestFingerprint(const httplib::Request& req) {
+std::string RequestFingerprint(const IdempotentRequest& req) {
   std::vector<std::pair<std::string, std::string>> params(req.params.begin(), req.params.end());
   std::sort(params.begin(), params.end());
   std::string text = req.method;
@@ -185,18 +186,58 @@ Result<int64_t> IdempotencyLayer::PurgeExpired() {
 
 httplib::Server::Handler IdempotencyLayer::Wrap(httplib::Server::Handler handler,
                                                 WrapOptions options) {
+  // A thin shim over Run: the handler writes the httplib response itself
+  // (every header, a content provider), and Run sees its status,
+  // Content-Type and body.
   return [this, handler = std::move(handler), options = std::move(options)](
              const httplib::Request& req, httplib::Response& res) {
-    Serve(handler, options, req, res);
+    IdempotentRequest in;
+    in.method = req.method;
+    in.path = req.path;
+    in.params.insert(req.params.begin(), req.params.end());
+    const size_t count = req.get_header_value_count("Idempotency-Key");
+    for (size_t i = 0; i < count; ++i) {
+      in.keys.push_back(req.get_header_value("Idempotency-Key", i));
+    }
+    if (options.scope) {
+      in.scope = options.scope(req);
+    } else if (!options.scope_header.empty()) {
+      in.scope = req.get_header_value(options.scope_header);
+    }
+    in.body = req.body;
+    bool handled = false;  // the handler ran and returned: `res` is its answer
+    IdempotentResponse out;
+    Run(
+        in,
+        [&](IdempotentResponse& r) {
+          handler(req, res);
+          if (res.status == -1) res.status = 200;  // what httplib sends for an unset status
+          handled = true;
+          r.status = res.status;
+          r.content_type = res.get_header_value("Content-Type");
+          r.body = res.body;
+        },
+        options.key_required, options.released_statuses, out);
+    if (handled) return;
+    res = httplib::Response();
+    res.status = out.status;
+    for (const auto& [k, v] : out.headers) res.set_header(k, v);
+    if (out.content_type.empty()) {
+      res.body = out.body;
+    } else {
+      res.set_content(out.body, out.content_type);
+    }
   };
 }
 
-void IdempotencyLayer::Serve(const httplib::Server::Handler& handler, const WrapOptions& options,
-                             const httplib::Request& req, httplib::Response& res) {
-  const size_t count = req.get_header_value_count("Idempotency-Key");
+void IdempotencyLayer::Run(const IdempotentRequest& req,
+                           const std::function<void(IdempotentResponse&)>& handler,
+                           bool key_required, const std::vector<int>& released_statuses,
+                           IdempotentResponse& res) {
+  const size_t count = req.keys.size();
   if (count == 0) {
-    if (!options.key_required) {
-      handler(req, res);
+    if (!key_required) {
+      handler(res);
       return;
     }
     Problem(res, 400, kProblemKeyMissing, "Idempotency-Key is missing",
@@ -208,18 +249,12 @@ void IdempotencyLayer::Serve(const httplib::Server::Handler& handler, const Wrap
             "send exactly one Idempotency-Key header");
     return;
   }
-  Result<std::string> key = ParseKey(req.get_header_value("Idempotency-Key"));
+  Result<std::string> key = ParseKey(req.keys.front());
   if (!key.ok()) {
     Problem(res, 400, kProblemKeyInvalid, "Idempotency-Key is invalid", key.status().message());
     return;
   }
-  std::string scope_text;
-  if (options.scope) {
-    scope_text = options.scope(req);
-  } else if (!options.scope_header.empty()) {
-    scope_text = req.get_header_value(options.scope_header);
-  }
-  const std::string scope = Sha256Hex(scope_text);
+  const std::string scope = Sha256Hex(req.scope);
   const std::string retry_after = std::to_string(options_.retry_after_s);
 
   storage::KeyClaimPolicy policy;
@@ -231,7 +266,7 @@ void IdempotencyLayer::Serve(const httplib::Server::Handler& handler, const Wrap
   if (!claim.ok()) {
     Problem(res, 503, kProblemUnavailable, "Idempotency store unavailable",
             "the request was not processed; retry later");
-    res.set_header("Retry-After", retry_after);
+    res.headers.emplace_back("Retry-After", retry_after);
     return;
   }
   switch (claim->kind) {
@@ -242,18 +277,15 @@ void IdempotencyLayer::Serve(const httplib::Server::Handler& handler, const Wrap
     case storage::KeyClaim::Kind::kInFlight:
       Problem(res, 409, kProblemKeyInFlight, "A request is outstanding for this Idempotency-Key",
               "the first request with this key is still being processed; retry later");
-      res.set_header("Retry-After", retry_after);
+      res.headers.emplace_back("Retry-After", retry_after);
       return;
     case storage::KeyClaim::Kind::kReplay: {
       const IdempotencyRecord& r = claim->stored;
-      res = httplib::Response();
+      res = IdempotentResponse();
       res.status = r.status;
-      if (r.content_type.empty()) {
-        res.body = r.body;
-      } else {
-        res.set_content(r.body, r.content_type);
-      }
-      res.set_header("Idempotent-Replayed", "true");
+      res.content_type = r.content_type;
+      res.body = r.body;
+      res.headers.emplace_back("Idempotent-Replayed", "true");
       return;
     }
     case storage::KeyClaim::Kind::kClaimed:
@@ -262,12 +294,11 @@ void IdempotencyLayer::Serve(const httplib::Server::Handler& handler, const Wrap
 
   // Execution begins: from here on the response is stored (the Stripe rule).
   try {
-    handler(req, res);
+    handler(res);
   } catch (...) {
     Problem(res, 500, kProblemHandlerFailed, "The handler failed", "the request failed");
   }
-  if (res.status == -1) res.status = 200;  // what httplib sends for an unset status
-  const auto& released = options.released_statuses;
+  const auto& released = released_statuses;
   if (std::find(released.begin(), released.end(), res.status) != released.end()) {
     (void)records_->ReleaseKey(scope, *key,
                                claim->token);  // a failed release expires with the lock timeout
@@ -276,8 +307,7 @@ void IdempotencyLayer::Serve(const httplib::Server::Handler& handler, const Wrap
   // A failure here leaves the claim in flight: retries get 409 until the lock
   // timeout, never a second run before it. A fenced claim (taken over after
   // the lock timeout) keeps the newer holder's response.
-  (void)records_->CompleteKey(scope, *key, claim->token, res.status,
-                              res.get_header_value("Content-Type"), res.body);
+  (void)records_->CompleteKey(scope, *key, claim->token, res.status, res.content_type, res.body);
 }
 
 }  // namespace idem::server

@@ -80,8 +80,10 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <httplib.h>
@@ -139,6 +141,26 @@ struct WrapOptions {
   std::vector<int> released_statuses = {429, 503};
 };
 
+/// A request as the layer sees it, free of any HTTP library: what Run
+/// fingerprints and keys on (Wrap builds one from an httplib::Request).
+struct IdempotentRequest {
+  std::string method;
+  std::string path;
+  std::multimap<std::string, std::string> params;  ///< query parameters, decoded
+  std::vector<std::string> keys;                   ///< every Idempotency-Key header value, as sent
+  std::string scope;  ///< the caller's raw scope text ("" for anonymous)
+  std::string body;
+};
+
+/// A response as the layer writes it (and as a handler run by Run writes it).
+/// Only status, content_type and body are stored and replayed.
+struct IdempotentResponse {
+  int status = 200;
+  std::string content_type;  ///< "" for none
+  std::string body;
+  std::vector<std::pair<std::string, std::string>> headers;  ///< others (Retry-After, ...)
+};
+
 /// A stored record, for tests and diagnostics.
 using IdempotencyRecord = storage::KeyRecord;
 
@@ -167,6 +189,13 @@ class IdempotencyLayer {
   /// `handler` guarded by Idempotency-Key (see the file comment).
   httplib::Server::Handler Wrap(httplib::Server::Handler handler, WrapOptions options = {});
 
+  /// The core of Wrap, for servers on another HTTP library: answers `req`
+  /// into `res` as the file comment says, running `handler` at most once per
+  /// (scope, key). `key_required` and `released_statuses` as in WrapOptions.
+  /// When the handler ran and returned, `res` is exactly what it wrote.
+  void Run(const IdempotentRequest& req, const std::function<void(IdempotentResponse&)>& handler,
+           bool key_required, const std::vector<int>& released_statuses, IdempotentResponse& res);
+
   /// The record of `key` for a request with `scope_text` (the raw scope: the
   /// header value or the scope function's answer). kNotFound when absent.
   Result<IdempotencyRecord> Find(const std::string& scope_text, const std::string& key);
@@ -177,9 +206,6 @@ class IdempotencyLayer {
  private:
   IdempotencyLayer(std::unique_ptr<storage::Store> owned, storage::KeyRecordStore* records,
                    IdempotencyOptions options);
-
-  void Serve(const httplib::Server::Handler& handler, const WrapOptions& options,
-             const httplib::Request& req, httplib::Response& res);
 
   std::unique_ptr<storage::Store> owned_;  // Open's SQLite file; null for Create
   storage::KeyRecordStore* records_;       // owned_'s, or Create's

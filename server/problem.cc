@@ -50,6 +50,12 @@ void ProblemForHttpError(HttpResponse& res) {
                      "the body exceeds the server's limit");
     case 414:
       return Problem(res, 414, "uri-too-long", "URI too long", "the request target is too long");
+    case 431:
+      return Problem(res, 431, "request-header-fields-too-large", "Request header fields too large",
+                     "the request's header is larger than the server's limit");
+    case 503:
+      return Problem(res, 503, "too-many-connections", "Too many connections",
+                     "the server is at its connection limit; retry later");
     case 405:
       return Problem(res, 405, "method-not-allowed", "Method not allowed", "not allowed here");
     default:

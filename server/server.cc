@@ -10,7 +10,7 @@
 #include "server/auth.h"
 #include "server/context.h"
 #include "server/driver_pool.h"
-#include "server/httplib_adapter.h"
+#include "server/front.h"
 #include "server/metrics.h"
 #include "server/problem.h"
 #include "server/routes.h"
@@ -126,15 +126,21 @@ Result<std::unique_ptr<Server>> Server::Create(storage::Store* store, const Tool
   ctx.pool = impl->pool.get();
   ctx.stopping = &impl->stop_flag;
 
-  HttpListenerOptions lo;
+  http::ServerOptions lo;
   lo.host = o.host;
   lo.port = o.port;
+  lo.worker_threads = o.http_threads;
   lo.max_body_bytes = o.max_body_bytes;
-  lo.read_timeout_s = o.read_timeout_s;
-  lo.write_timeout_s = o.write_timeout_s;
-  lo.keep_alive_timeout_s = o.keep_alive_timeout_s;
-  lo.keep_alive_max_count = o.keep_alive_max_count;
-  lo.threads = o.http_threads;
+  lo.max_header_bytes = o.max_header_bytes;
+  lo.max_header_fields = o.max_header_fields;
+  lo.request_timeout_ms = o.request_timeout_ms;
+  lo.write_timeout_ms = int64_t{o.write_timeout_s} * 1000;
+  lo.keep_alive_idle_ms = int64_t{o.keep_alive_timeout_s} * 1000;
+  lo.max_requests_per_connection = o.keep_alive_max_count;
+  lo.max_connections = o.max_connections;
+  lo.max_connections_per_client = o.max_connections_per_client;
+  lo.max_streams = o.max_streams;
+  lo.max_streams_per_client = o.max_streams_per_client;
   HttpListenerHooks hooks;
   hooks.library_error = [](HttpResponse& res) { ProblemForHttpError(res); };
   hooks.exception = [](const std::string& what, HttpResponse& res) {
@@ -154,11 +160,12 @@ int Server::port() const { return impl_->http->port(); }
 Status Server::Start() {
   Impl& s = *impl_;
   if (s.started) return Status::FailedPrecondition("server: already started");
-  Status bound = s.http->Bind();
-  if (!bound.ok()) return bound;
+  // Listening first: a bind failure drives nothing. A saga submitted before
+  // the pool starts waits in its queue.
+  Status listening = s.http->Start();
+  if (!listening.ok()) return listening;
   s.started = true;
   s.pool->Start();
-  s.http->Start();
   return Status::Ok();
 }
 

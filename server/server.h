@@ -48,7 +48,7 @@
 //
 // Layout: handlers by resource (server/handlers.h) over the server's own
 // request and response (server/http.h), routes in server/routes.cc, and
-// cpp-httplib in server/httplib_adapter.cc only.
+// the HTTP front (idem::http) in server/front.cc only.
 //
 // Thread safety: Start and Stop from one thread; the server serves requests
 // from its own threads. Not copyable.
@@ -102,13 +102,22 @@ struct ServerOptions {
   /// (Store::KeyRecords() or Specs() is nullptr, e.g. a test double).
   std::string state_path;
   int64_t idempotency_ttl_ms = 24LL * 3600 * 1000;
-  size_t max_body_bytes = 1 << 20;  ///< larger bodies: 413
-  int max_json_depth = 64;          ///< deeper: 400
-  int read_timeout_s = 10;          ///< per socket read (slow clients)
-  int write_timeout_s = 10;
-  int keep_alive_timeout_s = 5;
-  int keep_alive_max_count = 100;
-  int http_threads = 8;
+  int max_json_depth = 64;  ///< deeper: 400
+  // ---- the HTTP front's bounds (http/options.h; docs/server.md "Limits")
+  size_t max_body_bytes = 1 << 20;      ///< decoded body, any coding; larger: 413
+  size_t max_header_bytes = 16 * 1024;  ///< request line + header fields; larger: 431
+  size_t max_header_fields = 64;        ///< header lines; more: 431
+  /// One deadline for a whole request, first byte to last body byte (for a
+  /// connection's first request: from accept). Past it: closed.
+  int64_t request_timeout_ms = 10'000;
+  int write_timeout_s = 10;                ///< writing one response
+  int keep_alive_timeout_s = 5;            ///< an idle kept-alive connection
+  int keep_alive_max_count = 100;          ///< requests per connection
+  size_t max_connections = 1024;           ///< open at once; more: 503 + close
+  size_t max_connections_per_client = 64;  ///< per client IP address; more: 503
+  size_t max_streams = 512;                ///< event streams open at once
+  size_t max_streams_per_client = 32;      ///< per client IP address
+  int http_threads = 8;                    ///< threads running handlers
   /// Mints and checks commit tokens; not owned; required for approvals.
   const preview_commit::TokenSigner* signer = nullptr;
   Clock* clock = nullptr;  ///< nullptr: SystemClock::Get()

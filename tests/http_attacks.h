@@ -85,9 +85,9 @@ inline FloodResult Flood(int port, const std::string& head, const std::string& u
   return r;
 }
 
-/// Attack 2: a chunked POST of up to `max_bytes`, without a token.
-inline FloodResult ChunkedBody(int port, size_t max_bytes) {
-  return Flood(port, "POST /echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n",
+/// Attack 2: a chunked POST of up to `max_bytes` to `path`, without a token.
+inline FloodResult ChunkedBody(int port, size_t max_bytes, const std::string& path = "/echo") {
+  return Flood(port, "POST " + path + " HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n",
                "4000\r\n" + std::string(0x4000, 'a') + "\r\n", max_bytes);
 }
 
@@ -153,18 +153,20 @@ inline SlowResult Slowloris(int port, int connections, int64_t duration_ms, int6
   return {longest.load(), cuts.load()};
 }
 
-/// Attack 4: GET /big with `ranges` "0-" ranges. The bytes of the answer
-/// (header and body), or -1.
-inline int64_t Ranges(int port, int ranges, int* status) {
+/// Attack 4: GET `path` with `ranges` "0-" ranges. The bytes of the answer
+/// (header and body), or -1; `body_bytes` (when set) the body's alone.
+inline int64_t Ranges(int port, int ranges, int* status, const std::string& path = "/big",
+                      int64_t* body_bytes = nullptr) {
   std::string spec = "bytes=0-";
   for (int i = 1; i < ranges; ++i) spec += ",0-";
   RawClient c(port);
   std::string body, head;
   *status = -1;
-  if (!c.Send("GET /big HTTP/1.1\r\nHost: t\r\nRange: " + spec + "\r\n\r\n") ||
+  if (!c.Send("GET " + path + " HTTP/1.1\r\nHost: t\r\nRange: " + spec + "\r\n\r\n") ||
       !c.ReadResponse(5000, status, &body, &head)) {
     return -1;
   }
+  if (body_bytes != nullptr) *body_bytes = static_cast<int64_t>(body.size());
   return static_cast<int64_t>(head.size() + 2 + body.size());
 }
 

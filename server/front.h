@@ -1,13 +1,20 @@
 #pragma once
-// The one place the server meets its HTTP library (cpp-httplib): an HTTP
-// listener that serves a route table of the server's own handlers
-// (server/http.h), and the Idempotency-Key layer (server/idempotency.h,
-// written for httplib) run around one of those handlers. Replacing the HTTP
-// library means replacing this file's implementation only.
+// The one place the server meets its HTTP front (idem::http, http/server.h):
+// an HTTP listener that serves a route table of the server's own handlers
+// (server/http.h), and the Idempotency-Key layer (server/idempotency.h) run
+// around one of those handlers. Replacing the HTTP front means replacing
+// this file's implementation only.
 //
-// Thread safety: HttpListener's Bind, Start and Stop from one thread; the
-// handlers run on its own threads, many at once. IdempotencyGuard::Serve may
-// be called from many threads at once.
+// The listener matches routes itself: a request whose method and path match
+// no route is answered 404 (a method no HTTP/1.1 server knows: 400; a
+// request-target over 8 KiB: 414) through
+// HttpListenerHooks::library_error; HEAD is served by the GET route (the
+// front sends no body). Everything else the front answers on its own (400,
+// 413, 431, 503 at admission) goes through the same hook.
+//
+// Thread safety: HttpListener's Start and Stop from one thread; the
+// handlers run on the front's worker threads, many at once.
+// IdempotencyGuard::Serve may be called from many threads at once.
 
 #include <cstddef>
 #include <cstdint>
@@ -20,6 +27,7 @@
 
 #include "common/clock.h"
 #include "common/status.h"
+#include "http/options.h"
 
 namespace idem::storage {
 class KeyRecordStore;  // storage/server_state.h
@@ -29,42 +37,34 @@ namespace idem::server {
 
 class IdempotencyLayer;
 
-struct HttpListenerOptions {
-  std::string host = "127.0.0.1";
-  int port = 8080;                  ///< 0: an ephemeral port
-  size_t max_body_bytes = 1 << 20;  ///< larger bodies: 413
-  int read_timeout_s = 10;
-  int write_timeout_s = 10;
-  int keep_alive_timeout_s = 5;
-  int keep_alive_max_count = 100;
-  int threads = 8;
-  int listen_backlog = 1024;
-};
-
 struct HttpListenerHooks {
-  /// Writes the body of an error the library answers itself (no route, body
-  /// too large, ...): `res.status` says which. Required.
+  /// Writes the body of an error answered without a handler (no route, body
+  /// too large, too many header lines, ...): `res.status` says which, and
+  /// stays. Required.
   std::function<void(HttpResponse& res)> library_error;
   /// Writes the answer to a handler that threw `what`. Required.
   std::function<void(const std::string& what, HttpResponse& res)> exception;
-  /// Told every response's status (metrics). Optional.
+  /// Told every response's status, refusals included (metrics). Optional.
   std::function<void(int status)> responded;
 };
 
 class HttpListener {
  public:
-  HttpListener(std::vector<Route> routes, HttpListenerOptions options, HttpListenerHooks hooks);
+  /// `options` are the front's bounds (http/options.h). Each route's pattern
+  /// is compiled here.
+  HttpListener(std::vector<Route> routes, http::ServerOptions options, HttpListenerHooks hooks);
   ~HttpListener();  ///< Stop()
   HttpListener(const HttpListener&) = delete;
   HttpListener& operator=(const HttpListener&) = delete;
 
-  /// Binds the address. kUnavailable when it cannot be bound.
-  Status Bind();
-  /// The bound port (after Bind).
+  /// Binds and serves; returns once listening. kUnavailable when the address
+  /// cannot be bound; kInvalidArgument for bad options or a route with an
+  /// unsupported method.
+  Status Start();
+  /// The bound port (after Start).
   int port() const;
-  /// Serves on a thread of its own; returns once listening.
-  void Start();
-  /// Stops accepting, finishes the requests in progress, joins. Idempotent.
+  /// Stops accepting, finishes the requests in progress (up to the front's
+  /// stop_timeout_ms), joins. Idempotent.
   void Stop();
 
  private:
