@@ -381,25 +381,28 @@ int PrintRecovery(const RecoveryReport& report) {
         break;
       case RecoveredSaga::Outcome::kParked:
         std::printf("parked %s: needs_attention - %s\n", s.saga_id.c_str(), s.reason.c_str());
-        if (worst != kExitInternal) worst = kExitNeedsAttention;
+        worst = kExitNeedsAttention;
         break;
       case RecoveredSaga::Outcome::kWaiting:
         ++waiting;
         break;
       case RecoveredSaga::Outcome::kFailed:
         std::printf("not moved %s: %s\n", s.saga_id.c_str(), s.reason.c_str());
-        std::fprintf(stderr, "error: %s: %s\n", s.saga_id.c_str(), s.reason.c_str());
-        worst = kExitInternal;
         break;
       case RecoveredSaga::Outcome::kSkipped:
         break;
     }
   }
+  int not_moved = 0;
+  for (const RecoveredSaga& s : report.sagas) {
+    not_moved += s.outcome == RecoveredSaga::Outcome::kFailed ? 1 : 0;
+  }
+  for (const std::string& e : report.errors) std::fprintf(stderr, "error: %s\n", e.c_str());
   std::printf(
-      "recovery: %d saga(s) resumed, %d parked (needs attention), %zu not moved, %d waiting for "
-      "approval, %d left to the workers that hold them\n",
-      report.resumed, report.parked, report.errors.size(), waiting, report.skipped);
-  return worst;
+      "recovery: %d saga(s) resumed (%d of them parked: needs attention), %d not moved, %d "
+      "waiting for approval, %d left to the workers that hold them\n",
+      report.resumed, report.parked, not_moved, waiting, report.skipped);
+  return report.errors.empty() ? worst : kExitInternal;
 }
 
 int CmdRecover(const Options& o, const ToolRegistry& tools, storage::Store* store,

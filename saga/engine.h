@@ -75,7 +75,7 @@ struct RecoveredSaga {
     kMoved,    ///< driven on (finished, rolled back, waiting for a person, ...)
     kParked,   ///< left needs_attention by this drive: `reason` says why
     kWaiting,  ///< waits for an approval not yet decided: nothing was done
-    kFailed,   ///< the drive failed without parking it: `reason` is the error
+    kFailed,   ///< the drive failed and did not move it: `reason` is the error
     kSkipped,  ///< another worker holds its lease and drives it
   };
   std::string saga_id;
@@ -88,8 +88,8 @@ struct RecoveredSaga {
 const char* RecoveryOutcomeName(RecoveredSaga::Outcome outcome);
 
 struct RecoveryReport {
-  int resumed = 0;                    ///< moved on (kMoved)
-  int parked = 0;                     ///< left needs_attention by this recovery (kParked)
+  int resumed = 0;                    ///< moved by the drive (kMoved and kParked)
+  int parked = 0;                     ///< of those, left needs_attention here (kParked)
   int skipped = 0;                    ///< driven by another worker (its lease holds)
   std::vector<std::string> saga_ids;  ///< every saga driven (not skipped), in the order done
   std::vector<std::string> errors;    ///< sagas that could not be driven, with why (kFailed)

@@ -45,22 +45,27 @@ Result<RecoveryReport> Engine::Recover(int concurrency) {
       return;
     }
     report.saga_ids.push_back(id);
+    one.state = before;
     if (!r.ok()) {
       report.errors.push_back(id + ": " + r.status().ToString());
-      one.outcome = RecoveredSaga::Outcome::kFailed;
-      one.state = before;
       one.reason = r.status().ToString();
+      // A drive that failed may still have moved the saga (a fault parks it).
+      auto now = store_->LoadSaga(id);
+      if (now.ok()) one.state = now->summary.state;
     } else {
       one.state = r->summary.state;
       one.reason = r->summary.reason;
-      if (one.state == SagaStateName(SagaState::kNeedsAttention)) {
-        one.outcome = RecoveredSaga::Outcome::kParked;
-        ++report.parked;
-      } else if (one.state == before && before == SagaStateName(SagaState::kAwaitingApproval)) {
-        one.outcome = RecoveredSaga::Outcome::kWaiting;
-      } else {
-        ++report.resumed;
-      }
+    }
+    if (one.state == SagaStateName(SagaState::kNeedsAttention)) {
+      one.outcome = RecoveredSaga::Outcome::kParked;
+      ++report.parked;
+      ++report.resumed;
+    } else if (!r.ok() && one.state == before) {
+      one.outcome = RecoveredSaga::Outcome::kFailed;
+    } else if (one.state == before && before == SagaStateName(SagaState::kAwaitingApproval)) {
+      one.outcome = RecoveredSaga::Outcome::kWaiting;
+    } else {
+      ++report.resumed;
     }
     report.sagas.push_back(std::move(one));
   };

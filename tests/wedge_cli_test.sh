@@ -76,9 +76,9 @@ park_the_car() {
   run "$tag-recover" 4 --db "$db" recover
   SAGA=$("$TB" --db "$db" list --json | jq -r '.[0].saga_id')
   expect_in "$WORK/$tag-recover.out" "parked $SAGA: needs_attention - step rent_car:"
-  expect_in "$WORK/$tag-recover.out" "0 saga(s) resumed, 1 parked"
+  expect_in "$WORK/$tag-recover.out" "1 saga(s) resumed (1 of them parked: needs attention), 0 not moved"
   run "$tag-recover-again" 0 --db "$db" recover
-  expect_in "$WORK/$tag-recover-again.out" "0 saga(s) resumed, 0 parked"
+  expect_in "$WORK/$tag-recover-again.out" "0 saga(s) resumed (0 of them parked"
   local before
   before=$(journal_size "$db" "$SAGA")
   run "$tag-resolve-bare" 2 --db "$db" resolve "$SAGA" rent_car --decision applied --as ops
@@ -126,7 +126,7 @@ jq -r .reason "$WORK/b-status.json" | grep -qF \
 before=$(journal_size "$DB" "$SAGA")
 for i in 1 2 3; do
   run "b-recover-$i" 0 --db "$DB" recover
-  expect_in "$WORK/b-recover-$i.out" "0 saga(s) resumed, 0 parked"
+  expect_in "$WORK/b-recover-$i.out" "0 saga(s) resumed (0 of them parked"
 done
 [[ $(journal_size "$DB" "$SAGA") -eq $before ]] || fail "B: recover drove the parked saga again"
 expect_effects "$DB" hotels cancel 0
