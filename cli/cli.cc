@@ -139,6 +139,7 @@ Json SagaToJson(const storage::SagaRecord& rec, const std::vector<storage::Effec
               {"input", rec.input},
               {"steps", steps},
               {"effects", effs}};
+  if (auto code = SagaParkCode(rec.summary)) out["park_code"] = *code;
   if (journal != nullptr) {
     Json j = Json::array();
     for (const auto& e : *journal) {
@@ -363,26 +364,54 @@ int CmdList(const Options& o, storage::Store* store) {
   return kExitOk;
 }
 
+// What `recover` did, one line per saga: which moved, which it left parked
+// and why, which it could not move. The worst outcome decides the exit code:
+// an error (1) > a saga left needing attention (4) > rolled back (3) > 0.
+int PrintRecovery(const RecoveryReport& report) {
+  int worst = kExitOk;
+  int waiting = 0;
+  for (const RecoveredSaga& s : report.sagas) {
+    const char* sep = s.reason.empty() ? "" : " - ";
+    switch (s.outcome) {
+      case RecoveredSaga::Outcome::kMoved:
+        std::printf("recovered %s: %s%s%s\n", s.saga_id.c_str(), s.state.c_str(), sep,
+                    s.reason.c_str());
+        if (ExitForSagaState(s.state) == kExitRolledBack && worst == kExitOk) {
+          worst = kExitRolledBack;
+        }
+        break;
+      case RecoveredSaga::Outcome::kParked:
+        std::printf("parked %s: needs_attention - %s\n", s.saga_id.c_str(), s.reason.c_str());
+        worst = kExitNeedsAttention;
+        break;
+      case RecoveredSaga::Outcome::kWaiting:
+        ++waiting;
+        break;
+      case RecoveredSaga::Outcome::kFailed:
+        std::printf("not moved %s: %s\n", s.saga_id.c_str(), s.reason.c_str());
+        break;
+      case RecoveredSaga::Outcome::kSkipped:
+        break;
+    }
+  }
+  int not_moved = 0;
+  for (const RecoveredSaga& s : report.sagas) {
+    not_moved += s.outcome == RecoveredSaga::Outcome::kFailed ? 1 : 0;
+  }
+  for (const std::string& e : report.errors) std::fprintf(stderr, "error: %s\n", e.c_str());
+  std::printf(
+      "recovery: %d saga(s) resumed (%d of them parked: needs attention), %d not moved, %d "
+      "waiting for approval, %d left to the workers that hold them\n",
+      report.resumed, report.parked, not_moved, waiting, report.skipped);
+  return report.errors.empty() ? worst : kExitInternal;
+}
+
 int CmdRecover(const Options& o, const ToolRegistry& tools, storage::Store* store,
                const preview_commit::TokenSigner* signer) {
   Engine engine(store, &tools, LiveEngineOptions(true, signer));
   auto report = engine.Recover(o.concurrency);
   if (!report.ok()) return Fail(report.status());
-  int worst = kExitOk;
-  for (const std::string& id : report->saga_ids) {
-    auto rec = store->LoadSaga(id);
-    if (!rec.ok()) return Fail(rec.status());
-    std::printf("recovered %s: %s%s%s\n", id.c_str(), rec->summary.state.c_str(),
-                rec->summary.reason.empty() ? "" : " - ", rec->summary.reason.c_str());
-    // The worst outcome decides: needs attention (4) > rolled back (3) > ok.
-    int code = ExitForSagaState(rec->summary.state);
-    if (code == kExitNeedsAttention || (code == kExitRolledBack && worst == kExitOk)) worst = code;
-  }
-  for (const std::string& e : report->errors) std::fprintf(stderr, "error: %s\n", e.c_str());
-  std::printf("recovery: %d saga(s) resumed, %d left to the workers that hold them\n",
-              report->resumed, report->skipped);
-  if (!report->errors.empty()) return kExitInternal;
-  return worst;
+  return PrintRecovery(*report);
 }
 
 int CmdResolve(const Options& o, const ToolRegistry& tools, storage::Store* store,

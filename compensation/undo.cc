@@ -1,6 +1,7 @@
 #include "compensation/undo.h"
 
 #include "compensation/rollback.h"
+#include "saga/park.h"
 
 #include "common/failpoint.h"
 
@@ -9,16 +10,35 @@ namespace {
 
 enum class UndoEnd { kUndone, kParked };
 
+// Parks the undo of `d` before any call: the compensation cannot be called
+// (saga/park.h). Escalated like one that exhausted its retries: the step is
+// compensation_failed and the earlier undos wait for a person.
+Result<UndoEnd> ParkBlockedUndo(SagaRun* run, StepDrive* d, ParkCode code,
+                                const std::string& message) {
+  d->queue.clear();
+  d->st.error = BlockedReason(code, message);
+  IDEM_RETURN_IF_ERROR(d->Fire(StepEvent::kBlocked));
+  IDEM_RETURN_IF_ERROR(run->CommitStep(
+      *d, "compensation_failed",
+      {{"attempt", d->st.comp_attempt}, {"reason", d->st.error}, {"code", ParkCodeName(code)}}));
+  return UndoEnd::kParked;
+}
+
 // Undoes step `index` (succeeded, or compensating after a crash) with its
 // compensation: its own key, the compensation's retry policy and backoff.
 Result<UndoEnd> DriveUndo(SagaRun* run, int index) {
   const StepSpec& spec = run->spec().steps[index];
   const CompensationSpec& comp = *spec.compensate;
   Tool* tool = run->tools().Find(comp.tool);
-  if (tool == nullptr) {
-    return Status::FailedPrecondition("tool \"" + comp.tool + "\" is not registered");
-  }
   StepDrive d(index, &spec, tool, run->record().steps[index], run->step_state(index));
+  if (tool == nullptr &&
+      (d.state() == StepState::kSucceeded || d.state() == StepState::kCompensating)) {
+    return ParkBlockedUndo(
+        run, &d, ParkCode::kUnknownTool,
+        "compensation of " + spec.id + ": tool \"" + comp.tool + "\" is not registered");
+  }
+  if (tool == nullptr)
+    return d.state() == StepState::kCompensated ? UndoEnd::kUndone : UndoEnd::kParked;
   storage::StepRecord& st = d.st;
   ToolOutcome& outcome = d.outcome;
   const std::string key = CompensationKey(st.step_key);
@@ -27,12 +47,16 @@ Result<UndoEnd> DriveUndo(SagaRun* run, int index) {
                        info.effect == EffectClass::kRead;
 
   auto args = run->ResolveArgs(comp.args, "steps[" + std::to_string(index) + "].compensate.args");
+  // A compensation whose arguments do not resolve is never called: a person
+  // settles it (resolve --decision undone, or retry_undo once fixed).
+  auto blocked = [&]() {
+    return ParkBlockedUndo(run, &d, TemplateParkCode(args.status()),
+                           "compensation of " + spec.id + ": " + args.status().message());
+  };
 
   switch (d.state()) {
     case StepState::kSucceeded: {
-      if (!args.ok()) {
-        return Status::Internal(args.status().message());  // the spec checker forbids this
-      }
+      if (!args.ok()) return blocked();
       IDEM_FAILPOINT("compensation.before_submitted");
       IDEM_RETURN_IF_ERROR(d.Fire(StepEvent::kRollbackStarted));
       st.comp_attempt = 1;
@@ -66,13 +90,12 @@ Result<UndoEnd> DriveUndo(SagaRun* run, int index) {
     default:
       return UndoEnd::kParked;
   }
-  if (!args.ok()) return Status::Internal(args.status().message());
-
   while (!d.queue.empty()) {
     StepCommand cmd = d.queue.front();
     d.queue.pop_front();
     switch (cmd) {
       case StepCommand::kCallCompensation: {
+        if (!args.ok()) return blocked();
         ToolCall call{comp.tool, key, *args, st.comp_attempt, run->saga_id(), st.step_id, ""};
         IDEM_RETURN_IF_ERROR(run->Flush());
         IDEM_RETURN_IF_ERROR(run->CheckLease());
@@ -171,7 +194,9 @@ Result<std::optional<UndoMove>> UndoNextStep(SagaRun* run) {
   auto end = DriveUndo(run, i);
   if (!end.ok()) return end.status();
   if (*end == UndoEnd::kParked) {
-    run->set_park_reason("compensation of step " + steps[i].step_id + " failed: " + steps[i].error);
+    const bool blocked = FindParkCode(steps[i].error).has_value();
+    run->set_park_reason("compensation of step " + steps[i].step_id +
+                         (blocked ? " cannot run: " : " failed: ") + steps[i].error);
     return std::optional<UndoMove>({SagaEvent::kUndoParked, {}});
   }
   bool more = NextUndo(steps, run->compensable()).has_value();

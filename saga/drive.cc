@@ -8,6 +8,7 @@
 #include "compensation/undo.h"
 #include "preview_commit/two_phase.h"
 #include "saga/machines.h"
+#include "saga/park.h"
 
 #include "common/failpoint.h"
 
@@ -33,7 +34,7 @@ Status FireSaga(SagaRun* run, SagaEvent event, std::deque<SagaCommand>* queue,
       // Why it ended anywhere but succeeded: kept on the saga for `status`.
       std::string reason = next == SagaState::kSucceeded ? "" : run->park_reason();
       Json data = Json::object();
-      if (!reason.empty()) data["reason"] = reason;
+      if (!reason.empty()) data = ParkEntryData(reason);
       IDEM_FAILPOINT("saga.before_terminal");
       IDEM_RETURN_IF_ERROR(run->CommitSagaState(next, reason, run->Entry("", event_name, data),
                                                 /*ends_drive=*/true, SagaRun::Durable::kNow));
@@ -79,9 +80,10 @@ Result<StepEnd> DriveStepOnce(SagaRun* run, int index) {
     case StepState::kPlanned: {
       auto args = run->ResolveArgs(spec.args, "steps[" + std::to_string(index) + "].args");
       if (!args.ok()) {
-        d.st.error = args.status().message();
-        IDEM_RETURN_IF_ERROR(d.Fire(StepEvent::kFailed));
-        break;  // queue holds kRecordFailed
+        // No drive will find the value: a person decides (saga/park.h).
+        d.st.error = BlockedReason(TemplateParkCode(args.status()), args.status().message());
+        IDEM_RETURN_IF_ERROR(d.Fire(StepEvent::kBlocked));
+        break;  // queue holds kParkStep
       }
       d.st.args = *args;
       d.st.args_fingerprint = Fingerprint(d.st.args);
@@ -217,6 +219,22 @@ Status DriveStates(SagaRun* run) {
   return Status::Ok();
 }
 
+// A write the store refused for another reason than a lost lease or a busy
+// store would be refused again by every drive: the saga parks (saga/park.h)
+// with what was durable before it, and the drive's error says so.
+Status ParkAfterStoreRefusal(SagaRun* run, const Status& error) {
+  const Status& refused = run->store_refusal();
+  if (refused.ok() || refused.code() == Code::kAborted || refused.code() == Code::kUnavailable) {
+    return error;
+  }
+  Status parked = run->ParkAfterFault(
+      BlockedReason(ParkCode::kStoreError,
+                    "the store refused the drive's write: " + refused.message()),
+      /*rewind=*/true);
+  if (parked.ok()) return Status::Ok();  // ended parked, like any other park
+  return Status(error.code(), error.message() + " (not parked: " + parked.message() + ")");
+}
+
 }  // namespace
 
 Status DriveSaga(SagaRun* run) {
@@ -224,7 +242,9 @@ Status DriveSaga(SagaRun* run) {
   // What was staged is valid progress even when the drive stopped early
   // (stopping, a lost lease refuses it, a tool not registered).
   Status flushed = run->Flush();
-  return s.ok() ? flushed : s;
+  Status out = s.ok() ? flushed : s;
+  if (!out.ok()) out = ParkAfterStoreRefusal(run, out);
+  return out;
 }
 
 }  // namespace idem

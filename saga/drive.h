@@ -19,8 +19,12 @@
 namespace idem {
 
 /// Drives `run` as far as it goes, then flushes what was staged (valid
-/// progress even when the drive stopped early: stopping, a lost lease, a
-/// tool not registered). Returns the first error.
+/// progress even when the drive stopped early: stopping, a lost lease).
+/// A condition no drive can get past parks the saga (saga/park.h): a
+/// template without a value, a compensation tool not registered, and a
+/// write the store refuses for another reason than a lost lease or a busy
+/// store (the saga parks from its durable state; the drive is then OK).
+/// Returns the first error.
 Status DriveSaga(SagaRun* run);
 
 }  // namespace idem

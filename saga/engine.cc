@@ -7,6 +7,7 @@
 
 #include "saga/drive.h"
 #include "saga/lease_renewer.h"
+#include "saga/park.h"
 #include "saga/run.h"
 #include "saga/states.h"
 
@@ -158,6 +159,22 @@ Status Faulted(const std::string& saga_id, std::optional<SagaRun>* run, const st
 
 }  // namespace
 
+Result<SagaRecord> Engine::ParkUnloadable(const LoadedSaga& saga, const Status& spec_error,
+                                          int64_t fence_epoch) {
+  const std::string& saga_id = saga.record.summary.saga_id;
+  ParkCode code = spec_error.ok() ? ParkCode::kInvalidSpec : SpecParkCode(spec_error);
+  std::string message = spec_error.ok()
+                            ? "the frozen spec and the journal disagree on the steps"
+                            : "the frozen spec no longer validates: " + spec_error.message();
+  auto batch = ParkUnloadableBatch(saga, code, message, options_.clock->NowMs(), fence_epoch);
+  if (!batch.ok()) return Status::FailedPrecondition("saga " + saga_id + ": " + message);
+  IDEM_RETURN_IF_ERROR(store_->Commit(*batch));
+  if (options_.observer) {
+    for (const auto& e : batch->journal) options_.observer(e);
+  }
+  return store_->LoadSaga(saga_id);
+}
+
 Result<SagaRecord> Engine::RunLeased(const storage::Lease& lease) {
   const std::string& saga_id = lease.saga_id;
   // Renewed while the drive runs, released on every way out (by the drive's
@@ -173,15 +190,14 @@ Result<SagaRecord> Engine::RunLeased(const storage::Lease& lease) {
     auto rec = store_->LoadSaga(saga_id);
     if (!rec.ok()) return rec.status();
     auto spec = CachedSpec(rec->spec);
-    if (!spec.ok()) {
-      return Status::FailedPrecondition(
-          "saga " + saga_id + ": its frozen spec no longer validates: " + spec.status().message());
-    }
-    if (spec->steps.size() != rec->steps.size()) {
-      return Status::Internal("saga " + saga_id + ": spec and journal disagree on the steps");
-    }
     auto loaded = LoadedSaga::From(std::move(rec).value());
     if (!loaded.ok()) return loaded.status();
+    if (!spec.ok() || spec->steps.size() != loaded->record.steps.size()) {
+      // No drive can get past a plan it cannot read (saga/park.h).
+      auto parked = ParkUnloadable(*loaded, spec.status(), lease.epoch);
+      if (parked.ok() && hold) hold->set_released();
+      return parked;
+    }
     run.emplace(store_, tools_, options_, std::move(loaded).value(), std::move(spec).value());
     if (hold) {
       run->Fence(lease.epoch, hold->lost());

@@ -55,6 +55,7 @@
 namespace idem {
 
 class LeaseRenewer;
+struct LoadedSaga;
 
 struct WorkerOptions {
   int concurrency = 8;    ///< sagas driven at once
@@ -68,11 +69,31 @@ struct SubmitResult {
   bool created = false;  ///< false: the intent existed with the same content
 };
 
+/// What a recovery did with one saga.
+struct RecoveredSaga {
+  enum class Outcome {
+    kMoved,    ///< driven on (finished, rolled back, waiting for a person, ...)
+    kParked,   ///< left needs_attention by this drive: `reason` says why
+    kWaiting,  ///< waits for an approval not yet decided: nothing was done
+    kFailed,   ///< the drive failed and did not move it: `reason` is the error
+    kSkipped,  ///< another worker holds its lease and drives it
+  };
+  std::string saga_id;
+  Outcome outcome = Outcome::kMoved;
+  std::string state;   ///< the saga's state after the drive ("" when unknown)
+  std::string reason;  ///< the saga's reason, or the drive's error (kFailed)
+};
+
+/// "moved", "parked", "waiting", "failed", "skipped".
+const char* RecoveryOutcomeName(RecoveredSaga::Outcome outcome);
+
 struct RecoveryReport {
-  int resumed = 0;
-  int skipped = 0;  ///< driven by another worker (its lease holds)
-  std::vector<std::string> saga_ids;
-  std::vector<std::string> errors;  ///< sagas that could not be driven, with why
+  int resumed = 0;                    ///< moved by the drive (kMoved and kParked)
+  int parked = 0;                     ///< of those, left needs_attention here (kParked)
+  int skipped = 0;                    ///< driven by another worker (its lease holds)
+  std::vector<std::string> saga_ids;  ///< every saga driven (not skipped), in the order done
+  std::vector<std::string> errors;    ///< sagas that could not be driven, with why (kFailed)
+  std::vector<RecoveredSaga> sagas;   ///< per saga, in the order done (skipped ones too)
 };
 
 /// A caller's request to stop a saga and undo what it did.
@@ -118,7 +139,10 @@ class Engine {
   /// Records a person's decision about a parked step of a saga that needs
   /// attention (journal: who, when, what, why), then drives the saga on.
   /// kFailedPrecondition if the saga or step is not parked, or the decision
-  /// does not fit the step's state; kInvalidArgument without `who`.
+  /// does not fit the step's state; kInvalidArgument without `who`, and for
+  /// kApplied with a result that is not a JSON object or that leaves a later
+  /// step or a compensation without a value it references (the message
+  /// names the template and the path; saga/park.h CheckResolvedValues).
   Result<storage::SagaRecord> Resolve(const std::string& saga_id, const Resolution& resolution);
 
   /// Approves or rejects the commit that `token` stands for, journals who,
@@ -137,7 +161,9 @@ class Engine {
 
   /// Resumes every pending, running or compensating saga, and every saga
   /// waiting for an approval that was decided or has expired, `concurrency`
-  /// at a time.
+  /// at a time. The report says per saga what came of it: a saga that a
+  /// drive cannot get past is parked (saga/park.h) and reported kParked
+  /// with the reason; a parked saga is not driven again (NeedsDrive).
   Result<RecoveryReport> Recover(int concurrency = 4);
 
   /// Stops a saga and undoes what it did, by its state:
@@ -161,6 +187,10 @@ class Engine {
   /// Loads the saga and drives it under `lease` (claimed; released on every
   /// way out). An exception parks the saga (see "Faults").
   Result<storage::SagaRecord> RunLeased(const storage::Lease& lease);
+  /// Parks a saga whose frozen spec does not load (`spec_error`; OK when it
+  /// loads but disagrees with the journal on the steps): saga/park.h.
+  Result<storage::SagaRecord> ParkUnloadable(const LoadedSaga& saga, const Status& spec_error,
+                                             int64_t fence_epoch);
   /// The saga's lease (an unfenced one, epoch 0, without leases).
   Result<storage::Lease> Claim(const std::string& saga_id);
   /// Claim for a person's decision, which reads the saga, checks it and

@@ -58,7 +58,8 @@ namespace idem {
   X(Approved,           "approved")             /* approved; the token is spent with `submitted` */ \
   X(Rejected,           "rejected")             /* a person rejected the commit */               \
   X(Expired,            "expired")              /* the token expired; facts: re_preview */       \
-  X(StaleRePreview,     "stale_re_preview")     /* the commit found the preview stale */
+  X(StaleRePreview,     "stale_re_preview")     /* the commit found the preview stale */       \
+  X(Blocked,            "blocked")              /* the drive cannot go on (saga/park.h): a person */
 
 /// What the executor must do after a step transition.
 #define IDEM_STEP_COMMANDS(X)                                                                    \

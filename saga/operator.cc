@@ -18,6 +18,7 @@
 #include "preview_commit/two_phase.h"
 #include "saga/engine.h"
 #include "saga/machines.h"
+#include "saga/park.h"
 #include "saga/run.h"
 #include "saga/states.h"
 
@@ -117,6 +118,10 @@ Result<SagaRecord> Engine::Resolve(const std::string& saga_id, const Resolution&
   b.journal.push_back(je);
   switch (r.decision) {
     case Decision::kApplied: {
+      // Never leave a later step or a compensation without its values.
+      if (auto spec = CachedSpec(record.spec); spec.ok() && index < int(spec->steps.size())) {
+        IDEM_RETURN_IF_ERROR(CheckResolvedValues(*spec, record, index, r.result));
+      }
       st.result = r.result;
       st.error.clear();
       storage::EffectRecord eff{saga_id,     st.step_id, "action", st.tool,

@@ -30,25 +30,51 @@ Result<RecoveryReport> Engine::Recover(int concurrency) {
   RecoveryReport report;
   std::mutex mu;
   std::atomic<size_t> next{0};
-  auto recover_one = [&](const std::string& id) {
+  auto recover_one = [&](const std::string& id, const std::string& before) {
     // Listed as unfinished: claimed at once, without Run's read first
     // (which spares finished sagas a lease when called again).
     auto r = Drive(id);
     std::lock_guard<std::mutex> lock(mu);
+    RecoveredSaga one;
+    one.saga_id = id;
     if (!r.ok() && r.status().code() == Code::kAborted) {
       ++report.skipped;  // another worker holds its lease and drives it
+      one.outcome = RecoveredSaga::Outcome::kSkipped;
+      one.reason = r.status().message();
+      report.sagas.push_back(std::move(one));
       return;
     }
-    ++report.resumed;
     report.saga_ids.push_back(id);
-    if (!r.ok()) report.errors.push_back(id + ": " + r.status().ToString());
+    one.state = before;
+    if (!r.ok()) {
+      report.errors.push_back(id + ": " + r.status().ToString());
+      one.reason = r.status().ToString();
+      // A drive that failed may still have moved the saga (a fault parks it).
+      auto now = store_->LoadSaga(id);
+      if (now.ok()) one.state = now->summary.state;
+    } else {
+      one.state = r->summary.state;
+      one.reason = r->summary.reason;
+    }
+    if (one.state == SagaStateName(SagaState::kNeedsAttention)) {
+      one.outcome = RecoveredSaga::Outcome::kParked;
+      ++report.parked;
+      ++report.resumed;
+    } else if (!r.ok() && one.state == before) {
+      one.outcome = RecoveredSaga::Outcome::kFailed;
+    } else if (one.state == before && before == SagaStateName(SagaState::kAwaitingApproval)) {
+      one.outcome = RecoveredSaga::Outcome::kWaiting;
+    } else {
+      ++report.resumed;
+    }
+    report.sagas.push_back(std::move(one));
   };
   auto worker = [&] {
     for (size_t i = next++; i < list->size(); i = next++) {
       const std::string& id = (*list)[i].saga_id;
       std::string fault;
       try {
-        recover_one(id);
+        recover_one(id, (*list)[i].state);
         continue;
       } catch (const std::exception& e) {
         fault = e.what();
@@ -57,6 +83,8 @@ Result<RecoveryReport> Engine::Recover(int concurrency) {
       }
       std::lock_guard<std::mutex> lock(mu);
       report.errors.push_back(id + ": internal: " + fault);
+      report.sagas.push_back(
+          {id, RecoveredSaga::Outcome::kFailed, (*list)[i].state, "internal: " + fault});
     }
   };
   int n = std::max(1, std::min<int>(concurrency, static_cast<int>(list->size())));
@@ -65,6 +93,22 @@ Result<RecoveryReport> Engine::Recover(int concurrency) {
   worker();
   for (auto& t : threads) t.join();
   return report;
+}
+
+const char* RecoveryOutcomeName(RecoveredSaga::Outcome outcome) {
+  switch (outcome) {
+    case RecoveredSaga::Outcome::kMoved:
+      return "moved";
+    case RecoveredSaga::Outcome::kParked:
+      return "parked";
+    case RecoveredSaga::Outcome::kWaiting:
+      return "waiting";
+    case RecoveredSaga::Outcome::kFailed:
+      return "failed";
+    case RecoveredSaga::Outcome::kSkipped:
+      return "skipped";
+  }
+  return "?";
 }
 
 bool NeedsDrive(const storage::SagaRecord& saga, int64_t now_ms) {

@@ -4,6 +4,7 @@
 #include <functional>
 
 #include "preview_commit/phase.h"
+#include "saga/park.h"
 
 #include "common/failpoint.h"
 
@@ -57,6 +58,7 @@ SagaRun::SagaRun(storage::Store* store, const ToolRegistry* tools, const EngineO
       options_(options),
       rec_(std::move(saga.record)),
       state_(saga.state),
+      durable_state_(saga.state),
       step_states_(std::move(saga.steps)),
       spec_(std::move(spec)),
       rng_(options.seed ^ std::hash<std::string>()(rec_.summary.saga_id)) {
@@ -138,7 +140,14 @@ Status SagaRun::Flush() {
   has_staged_ = false;
   batch.saga_id = rec_.summary.saga_id;
   batch.fence_epoch = fence_epoch_;
-  IDEM_RETURN_IF_ERROR(store_->Commit(batch));
+  Status committed = store_->Commit(batch);
+  if (!committed.ok()) {
+    store_refusal_ = committed;
+    return committed;
+  }
+  if (batch.saga_state) {
+    if (auto durable = ParseSagaState(*batch.saga_state)) durable_state_ = *durable;
+  }
   released_ = batch.release_lease;
   if (options_.observer) {
     for (const JournalEntry& e : batch.journal) options_.observer(e);
@@ -198,7 +207,8 @@ Status SagaRun::CommitSagaState(SagaState next, const std::string& reason, Journ
   return Commit(std::move(b));
 }
 
-Status SagaRun::ParkAfterFault(const std::string& reason) {
+Status SagaRun::ParkAfterFault(const std::string& reason, bool rewind) {
+  if (rewind) state_ = durable_state_;
   if (released_ || IsTerminal(state_) || state_ == SagaState::kNeedsAttention ||
       state_ == SagaState::kAwaitingApproval) {
     return Status::Ok();  // the drive had ended: nothing to park
@@ -211,7 +221,7 @@ Status SagaRun::ParkAfterFault(const std::string& reason) {
   park_reason_ = reason;
   return CommitSagaState(
       saga.state(), reason,
-      Entry("", std::string("saga_") + SagaStateName(saga.state()), {{"reason", reason}}),
+      Entry("", std::string("saga_") + SagaStateName(saga.state()), ParkEntryData(reason)),
       /*ends_drive=*/true, Durable::kNow);
 }
 
@@ -430,7 +440,7 @@ Result<StepEnd> SagaRun::RunCommands(StepDrive* d) {
         return StepEnd::kFailed;
       }
       case StepCommand::kParkStep: {
-        IDEM_RETURN_IF_ERROR(CommitStep(*d, "needs_attention", {{"reason", st.error}}));
+        IDEM_RETURN_IF_ERROR(CommitStep(*d, "needs_attention", ParkEntryData(st.error)));
         return StepEnd::kParked;
       }
       default:

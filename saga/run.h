@@ -196,7 +196,13 @@ class SagaRun {
   /// already ended (its last write made: terminal, parked or waiting);
   /// kIllegalTransition, nothing written, where the machine refuses (a saga
   /// still pending).
-  Status ParkAfterFault(const std::string& reason);
+  /// `rewind`: the drive's last write was refused, so the park starts from
+  /// the saga state that is durable, not from the one the refused batch
+  /// carried (which may have been terminal).
+  Status ParkAfterFault(const std::string& reason, bool rewind = false);
+  /// The error of the last write the store refused in this drive (OK when
+  /// none was refused).
+  const Status& store_refusal() const { return store_refusal_; }
 
  private:
   void Stage(storage::WriteBatch batch);
@@ -212,6 +218,8 @@ class SagaRun {
   const EngineOptions& options_;
   storage::SagaRecord rec_;
   SagaState state_;
+  SagaState durable_state_;  // the saga's state as the store holds it
+  Status store_refusal_;
   std::vector<StepState> step_states_;
   SagaSpec spec_;
   std::vector<bool> compensable_;

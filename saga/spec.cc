@@ -778,4 +778,28 @@ Result<Json> ResolveTemplates(const Json& templ, const Json& context, const std:
   }
 }
 
+namespace {
+
+void CollectReferences(const Json& v, int depth, std::vector<std::string>* out) {
+  if (depth > kMaxDepth) return;
+  if (v.is_string()) {
+    std::vector<Piece> pieces;
+    std::string problem;
+    if (!SplitTemplate(v.get_ref<const std::string&>(), &pieces, &problem)) return;
+    for (Piece& p : pieces) {
+      if (p.is_ref) out->push_back(std::move(p.text));
+    }
+  } else if (v.is_structured()) {
+    for (const Json& child : v) CollectReferences(child, depth + 1, out);
+  }
+}
+
+}  // namespace
+
+std::vector<std::string> TemplateReferences(const Json& templ) {
+  std::vector<std::string> out;
+  CollectReferences(templ, 0, &out);
+  return out;
+}
+
 }  // namespace idem

@@ -87,4 +87,9 @@ const std::string& SagaSchemaText();
 /// `where` prefixes errors ("steps[1].args").
 Result<Json> ResolveTemplates(const Json& templ, const Json& context, const std::string& where);
 
+/// The references in every template string of `templ` (values only, at any
+/// depth), as written without `${ }` ("steps.pay.result.id"), in document
+/// order; a malformed template contributes none.
+std::vector<std::string> TemplateReferences(const Json& templ);
+
 }  // namespace idem

@@ -88,7 +88,14 @@ struct StepMachineDef : MachineBase<StepMachineDef, StepState, StepCommand> {
   Row < Compensating       , ev::UndoFailed        , Compensating      , ScheduleUndoRetry, RetryAllowed             >,
   Row < Compensating       , ev::UndoFailed        , CompensationFailed, ParkStep         , Not<RetryAllowed>        >,
   Row < CompensationFailed , ev::OperatorUndone    , Compensated       , RecordUndone     , none                     >,
-  Row < CompensationFailed , ev::OperatorRetryUndo , Compensating      , CallCompensation , none                     >
+  Row < CompensationFailed , ev::OperatorRetryUndo , Compensating      , CallCompensation , none                     >,
+  // ---- blocked: the drive cannot get past this step (saga/park.h); a person must look
+  //    +------------------+-----------------------+-------------------+------------------+--------------------------+
+  Row < Planned            , ev::Blocked           , NeedsAttention    , ParkStep         , none                     >,
+  Row < Submitted          , ev::Blocked           , NeedsAttention    , ParkStep         , none                     >,
+  Row < Unknown            , ev::Blocked           , NeedsAttention    , ParkStep         , none                     >,
+  Row < Succeeded          , ev::Blocked           , CompensationFailed, ParkStep         , none                     >,
+  Row < Compensating       , ev::Blocked           , CompensationFailed, ParkStep         , none                     >
   > {};
   // clang-format on
 };

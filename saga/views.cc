@@ -1,6 +1,7 @@
 #include "saga/views.h"
 
 #include "preview_commit/phase.h"
+#include "saga/park.h"
 #include "saga/states.h"
 
 namespace idem {
@@ -18,6 +19,8 @@ Json StepView(const storage::StepRecord& st) {
             {"error", st.error},
             {"compensation_attempts", st.comp_attempt},
             {"compensation_result", st.comp_result}};
+  // Why a drive could not get past it (saga/park.h).
+  if (auto code = FindParkCode(st.error)) s["park_code"] = ParkCodeName(*code);
   if (auto phase = preview_commit::PhaseRecord::FromJson(st.phase)) {
     s["preview"] = phase->preview.ToJson();
     s["approval"] = phase->approval ? phase->approval->ToJson() : Json();
@@ -35,6 +38,13 @@ Json EffectView(const storage::EffectRecord& e) {
           {"external_ref", e.external_ref},
           {"result", e.result},
           {"at", FormatTimeMs(e.at_ms)}};
+}
+
+std::optional<std::string> SagaParkCode(const storage::SagaSummary& saga) {
+  if (saga.state != SagaStateName(SagaState::kNeedsAttention)) return std::nullopt;
+  auto code = FindParkCode(saga.reason);
+  if (!code) return std::nullopt;
+  return std::string(ParkCodeName(*code));
 }
 
 std::optional<Json> ApprovalView(const std::string& saga_id, const storage::StepRecord& st) {

@@ -12,9 +12,15 @@
 
 namespace idem {
 
-/// A step: state, attempts, key, arguments, result, errors and, for a
+/// A step: state, attempts, key, arguments, result, errors (with
+/// `park_code` when a drive could not get past it: saga/park.h) and, for a
 /// two-phase step, its preview, approval and approval deadline.
 Json StepView(const storage::StepRecord& st);
+
+/// For a saga that needs attention because a drive could not get past it,
+/// the park's code ("missing_value", ...: saga/park.h), shown as `park_code`
+/// beside the reason; nullopt otherwise.
+std::optional<std::string> SagaParkCode(const storage::SagaSummary& saga);
 
 /// An effect recorded in the journal.
 Json EffectView(const storage::EffectRecord& e);

@@ -82,7 +82,12 @@ INSTANTIATE_TEST_SUITE_P(
         Row{S::kAwaitingApproval, E::kRejected, S::kFailed, {C::kRecordFailed}},
         Row{S::kAwaitingApproval, E::kExpired, S::kPlanned, {}, kRePreview},
         Row{S::kAwaitingApproval, E::kExpired, S::kFailed, {C::kRecordFailed}},
-        Row{S::kSubmitted, E::kStaleRePreview, S::kPlanned, {}}),
+        Row{S::kSubmitted, E::kStaleRePreview, S::kPlanned, {}},
+        Row{S::kPlanned, E::kBlocked, S::kNeedsAttention, {C::kParkStep}},
+        Row{S::kSubmitted, E::kBlocked, S::kNeedsAttention, {C::kParkStep}},
+        Row{S::kUnknown, E::kBlocked, S::kNeedsAttention, {C::kParkStep}},
+        Row{S::kSucceeded, E::kBlocked, S::kCompensationFailed, {C::kParkStep}},
+        Row{S::kCompensating, E::kBlocked, S::kCompensationFailed, {C::kParkStep}}),
     [](const auto& info) {
       return std::string(StepStateName(info.param.from)) + "_" + StepEventName(info.param.event) +
              FactsSuffix(info.param.facts);
@@ -132,6 +137,9 @@ INSTANTIATE_TEST_SUITE_P(
         Refusal{S::kSucceeded, E::kOperatorApplied}, Refusal{S::kUnknown, E::kOperatorNotApplied},
         Refusal{S::kNeedsAttention, E::kOperatorUndone},
         Refusal{S::kCompensated, E::kOperatorRetryUndo},
+        // A settled step is never blocked: nothing is left to drive in it.
+        Refusal{S::kFailed, E::kBlocked}, Refusal{S::kCompensated, E::kBlocked},
+        Refusal{S::kNeedsAttention, E::kBlocked},
         // A commit needs its approval: from awaiting_approval only kApproved
         // leads to a call, and only a waiting step can be approved.
         Refusal{S::kAwaitingApproval, E::kTokenConsumed},
