@@ -5,8 +5,11 @@
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <mutex>
 #include <sstream>
+#include <utility>
+#include <vector>
 
 #include "cli/driver_lock.h"
 #include "preview_commit/token.h"
@@ -436,6 +439,35 @@ int CmdResolve(const Options& o, const ToolRegistry& tools, storage::Store* stor
   return ExitForSagaState(rec->summary.state);
 }
 
+// cancel, pause, resume SAGA --as WHO [--reason TEXT]: a durable request
+// (saga/engine.h). `drive`: this process holds the journal (or PostgreSQL
+// leases arbitrate) and carries the request out when nobody else drives the
+// saga; else it is recorded for the process that drives the journal.
+int CmdControl(const Options& o, const std::string& verb, bool drive, const std::string& driver,
+               const ToolRegistry& tools, storage::Store* store,
+               const preview_commit::TokenSigner* signer) {
+  Engine engine(store, &tools, LiveEngineOptions(drive, signer));
+  ControlRequest req{o.who, o.note, drive};
+  auto out = verb == "cancel"  ? engine.Cancel(o.saga_id, req)
+             : verb == "pause" ? engine.Pause(o.saga_id, req)
+                               : engine.Resume(o.saga_id, req);
+  if (!out.ok()) {
+    const Status& s = out.status();
+    return FailWith(s, s.code() == Code::kFailedPrecondition ? kExitUsage : ExitFor(s));
+  }
+  std::printf("%s: %s\n", verb.c_str(), out->note.c_str());
+  if (out->pending && !driver.empty()) {
+    std::printf("%s drives this journal and carries the request out\n", driver.c_str());
+  }
+  std::printf("saga %s: %s%s%s\n", out->saga.summary.saga_id.c_str(),
+              out->saga.summary.state.c_str(), out->saga.summary.reason.empty() ? "" : " - ",
+              out->saga.summary.reason.c_str());
+  if (out->pending && out->saga.summary.state != SagaStateName(SagaState::kNeedsAttention)) {
+    return kExitOk;  // recorded: the driving process carries it out
+  }
+  return ExitForSagaState(out->saga.summary.state);
+}
+
 Json PendingApprovals(storage::Store* store, Status* error) {
   Json out = Json::array();
   storage::SagaFilter f;
@@ -703,6 +735,20 @@ int RunCli(int argc, char** argv, const FrontendConfig& config) {
   resolve->add_option("--note", o.note, "why (recorded in the journal)");
   resolve->add_option("--result", o.result, "for applied: the provider's result, JSON or @FILE");
 
+  // Durable requests (saga/engine.h): recorded in the store, honoured by
+  // whichever process drives the saga.
+  std::map<std::string, CLI::App*> controls;
+  for (const auto& [verb, help] : std::vector<std::pair<std::string, std::string>>{
+           {"cancel", "cancel a saga: completed steps are compensated in reverse"},
+           {"pause", "pause a saga between steps (it holds no lease until resumed)"},
+           {"resume", "resume a paused saga the way it was going"}}) {
+    auto* c = app.add_subcommand(verb, help);
+    c->add_option("SAGA", o.saga_id, "saga id")->required();
+    c->add_option("--as", o.who, "who asks (recorded in the journal)")->required();
+    c->add_option("--reason", o.note, "why (recorded in the journal)");
+    controls[verb] = c;
+  }
+
   auto* submit = app.add_subcommand("submit", "record an intent and its saga for workers to run");
   submit->add_option("SPEC", o.spec_path, "spec file")->required();
   submit->add_option("--input", o.input, "input JSON, or @FILE");
@@ -850,6 +896,31 @@ int RunCli(int argc, char** argv, const FrontendConfig& config) {
                       kExitBusy);
     }
     if (!locked.ok()) return Fail(locked);
+  }
+  for (const auto& [verb, c] : controls) {
+    if (!c->parsed()) continue;
+    // The request is a store write that the driving process honours: it
+    // needs no driver lock. This process drives it on only if it gets the
+    // lock at once (PostgreSQL: the saga's lease decides).
+    auto sg = keys.Signer();
+    if (!sg.ok()) return Fail(sg.status());
+    bool drive = true;
+    std::string driver;
+    if (!IsPostgres(o.db)) {
+      Status locked = lock.Acquire(o.db, g_command, /*wait_ms=*/0);
+      drive = locked.ok();
+      if (locked.code() == Code::kAborted) {
+        const DriverLock::Holder& h = lock.holder();
+        driver = h.pid > 0 ? "pid " + std::to_string(h.pid) +
+                                 (h.command.empty() ? "" : " (`" + h.command + "`)")
+                           : "another process";
+      } else if (!locked.ok()) {
+        return Fail(locked);
+      }
+    }
+    auto cstore = storage::OpenStore(o.db);
+    if (!cstore.ok()) return Fail(cstore.status());
+    return CmdControl(o, verb, drive, driver, tools, cstore->get(), *sg);
   }
   auto store = storage::OpenStore(o.db);
   if (!store.ok()) return Fail(store.status());

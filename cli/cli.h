@@ -13,6 +13,8 @@
 //   approvals [--json]                             commits waiting for a person
 //   approve TOKEN --as NAME [--note TEXT]          approve: the commit runs now
 //   reject TOKEN --as NAME --reason TEXT           reject: the saga rolls back
+//   cancel|pause|resume SAGA --as NAME [--reason TEXT]  a durable request: honoured by
+//                                                  whichever process drives the saga
 //   keys list|rotate|retire KEY                    commit-token signing keys
 //   submit SPEC --input JSON|@FILE [--intent-key K]  record a saga for workers
 //   worker [--owner N] [--concurrency C] [--lease-ms L]  drive sagas until SIGTERM

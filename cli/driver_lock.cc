@@ -40,12 +40,11 @@ void DriverLock::WriteHolder(const std::string& command) const {
   (void)!::pwrite(fd_, record.data(), record.size(), 0);
 }
 
-Status DriverLock::Acquire(const std::string& db, const std::string& command) {
+Status DriverLock::Acquire(const std::string& db, const std::string& command, int64_t wait_ms) {
   const std::string path = db + ".lock";
   fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
   if (fd_ < 0) return Status::Unavailable(path + ": cannot open the driver lock");
-  const auto deadline =
-      std::chrono::steady_clock::now() + std::chrono::milliseconds(kOneShotWaitMs);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(wait_ms);
   bool told = false;
   for (;;) {
     if (::flock(fd_, LOCK_EX | LOCK_NB) == 0) {

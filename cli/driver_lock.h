@@ -42,11 +42,13 @@ class DriverLock {
   DriverLock& operator=(const DriverLock&) = delete;
   ~DriverLock();
 
-  /// Takes the lock of journal `db` for `command`. kAborted when another
-  /// process holds it (message "the journal DB is being driven by another
-  /// process (pid N, `serve`)"; holder() says who); kUnavailable when the
-  /// lock file cannot be opened or locked.
-  Status Acquire(const std::string& db, const std::string& command);
+  /// Takes the lock of journal `db` for `command`, waiting up to `wait_ms`
+  /// for a one-shot holder. kAborted when another process holds it (message
+  /// "the journal DB is being driven by another process (pid N, `serve`)";
+  /// holder() says who); kUnavailable when the lock file cannot be opened or
+  /// locked.
+  Status Acquire(const std::string& db, const std::string& command,
+                 int64_t wait_ms = kOneShotWaitMs);
 
   /// After kAborted from Acquire: the process that holds the lock.
   const Holder& holder() const { return holder_; }

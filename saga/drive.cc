@@ -7,6 +7,7 @@
 #include "compensation/rollback.h"
 #include "compensation/undo.h"
 #include "preview_commit/two_phase.h"
+#include "saga/control_drive.h"
 #include "saga/machines.h"
 #include "saga/park.h"
 
@@ -35,6 +36,7 @@ Status FireSaga(SagaRun* run, SagaEvent event, std::deque<SagaCommand>* queue,
       std::string reason = next == SagaState::kSucceeded ? "" : run->park_reason();
       Json data = Json::object();
       if (!reason.empty()) data = ParkEntryData(reason);
+      if (next == SagaState::kPaused) data["from"] = SagaStateName(run->state());  // for resume
       IDEM_FAILPOINT("saga.before_terminal");
       IDEM_RETURN_IF_ERROR(run->CommitSagaState(next, reason, run->Entry("", event_name, data),
                                                 /*ends_drive=*/true, SagaRun::Durable::kNow));
@@ -157,8 +159,23 @@ Status RunNextStep(SagaRun* run, std::deque<SagaCommand>* queue) {
   return Status::Internal("unreachable");
 }
 
-Status DriveStates(SagaRun* run) {
-  std::deque<SagaCommand> queue;
+// Carries out the saga's pending control request (saga/control_drive.h):
+// the state change is durable before the request is settled. True: the
+// queue holds what the drive does next (empty: the drive ends).
+Result<bool> TakeControl(SagaRun* run, std::deque<SagaCommand>* queue) {
+  auto order = JudgeControl(run);
+  if (!order.ok()) return order.status();
+  if (!order->has_value()) return false;
+  if (!(*order)->reason.empty()) run->set_park_reason((*order)->reason);
+  queue->clear();
+  IDEM_RETURN_IF_ERROR(FireSaga(run, (*order)->event, queue, (*order)->facts));
+  IDEM_RETURN_IF_ERROR(run->Flush());
+  IDEM_RETURN_IF_ERROR(run->SettleControl((*order)->request.request_id));
+  return true;
+}
+
+// The drive's first commands, by the saga's state (none: nothing to drive).
+Status FirstCommands(SagaRun* run, std::deque<SagaCommand>* queue) {
   switch (run->state()) {
     case SagaState::kPending: {
       SagaMachine saga(run->state());
@@ -169,36 +186,43 @@ Status DriveStates(SagaRun* run) {
           run->CommitSagaState(saga.state(), "", run->Entry("", "saga_started", Json::object()),
                                /*ends_drive=*/false, SagaRun::Durable::kWithNextFlush));
       IDEM_FAILPOINT("saga.after_start");
-      queue.assign(cmds->begin(), cmds->end());
+      queue->assign(cmds->begin(), cmds->end());
       break;
     }
     case SagaState::kRunning:
-      queue.push_back(SagaCommand::kRunNextStep);
+      queue->push_back(SagaCommand::kRunNextStep);
       break;
     case SagaState::kCompensating:
-      queue.push_back(SagaCommand::kUndoNextStep);
+      queue->push_back(SagaCommand::kUndoNextStep);
       break;
     case SagaState::kAwaitingApproval:
       // Go on once the approval is decided or has expired; else nothing to do.
       if (!preview_commit::ApprovalSettled(*run, run->clock()->NowMs())) return Status::Ok();
-      IDEM_RETURN_IF_ERROR(FireSaga(run, SagaEvent::kApprovalSettled, &queue));
+      IDEM_RETURN_IF_ERROR(FireSaga(run, SagaEvent::kApprovalSettled, queue));
       break;
     default:
       return Status::Ok();  // terminal, parked or waiting: nothing to drive
   }
+  return Status::Ok();
+}
+
+Status DriveStates(SagaRun* run) {
+  std::deque<SagaCommand> queue;
+  auto taken = TakeControl(run, &queue);  // a cancel, pause or resume first
+  if (!taken.ok()) return taken.status();
+  if (!*taken) {
+    IDEM_RETURN_IF_ERROR(FirstCommands(run, &queue));
+  }
 
   while (!queue.empty()) {
     if (run->Stopping()) return Status::Aborted("stopping: saga left between steps");
+    taken = TakeControl(run, &queue);  // between steps
+    if (!taken.ok()) return taken.status();
+    if (*taken) continue;
     SagaCommand cmd = queue.front();
     queue.pop_front();
     switch (cmd) {
       case SagaCommand::kRunNextStep: {
-        std::optional<std::string> cancel = run->TakeCancelRequest();
-        if (cancel) {
-          run->set_park_reason(*cancel);
-          IDEM_RETURN_IF_ERROR(FireSaga(run, SagaEvent::kCancelRequested, &queue));
-          break;
-        }
         IDEM_RETURN_IF_ERROR(RunNextStep(run, &queue));
         break;
       }

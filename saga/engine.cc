@@ -27,12 +27,33 @@ struct Engine::SpecCache {
   std::unordered_map<std::string, std::shared_ptr<const SagaSpec>> specs;  // GUARDED_BY(mu)
 };
 
+struct Engine::DriveBook {
+  std::mutex mu;
+  std::unordered_map<std::string, int> driving;  // GUARDED_BY(mu) saga -> drives here
+};
+
+void Engine::BeginDrive(const std::string& saga_id) {
+  std::lock_guard<std::mutex> lock(drives_->mu);
+  ++drives_->driving[saga_id];
+}
+
+void Engine::EndDrive(const std::string& saga_id) {
+  std::lock_guard<std::mutex> lock(drives_->mu);
+  auto it = drives_->driving.find(saga_id);
+  if (it != drives_->driving.end() && --it->second == 0) drives_->driving.erase(it);
+}
+
+bool Engine::DrivenHere(const std::string& saga_id) {
+  std::lock_guard<std::mutex> lock(drives_->mu);
+  return drives_->driving.count(saga_id) > 0;
+}
+
 Engine::Engine(storage::Store* store, const ToolRegistry* tools, EngineOptions options)
     : store_(store),
       tools_(tools),
       options_(std::move(options)),
       spec_cache_(std::make_unique<SpecCache>()),
-      cancels_(NewCancelBook()) {
+      drives_(std::make_unique<DriveBook>()) {
   if (options_.owner.empty()) options_.owner = NewId("drv_");
   renewer_ = std::make_unique<LeaseRenewer>(store_, options_.lease_ms);
 }
@@ -181,8 +202,8 @@ Result<SagaRecord> Engine::RunLeased(const storage::Lease& lease) {
   // last write, else by the hold).
   std::optional<LeaseRenewer::Hold> hold;
   if (lease.epoch != 0) hold.emplace(renewer_->Keep(lease));
-  // For Cancel: a cancel of this saga while it is driven here is a request
-  // the drive takes between steps.
+  // For the control requests: one of this saga while it is driven here is
+  // left to this drive, which reads the store between steps.
   DriveMark driving(this, saga_id);
   std::optional<SagaRun> run;
   Result<SagaRecord> out = Status::Internal("unset");
@@ -205,7 +226,6 @@ Result<SagaRecord> Engine::RunLeased(const storage::Lease& lease) {
       // without, the file lock proves the previous driver is gone.
       run->MarkTakenOver();
     }
-    run->CancelWhen([this, &saga_id] { return TakeCancelRequest(saga_id); });
     Status s = DriveSaga(&*run);
     if (s.ok()) {
       out = run->record();

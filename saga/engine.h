@@ -20,7 +20,8 @@
 // driver saga/drive.h; two-phase steps preview_commit/two_phase.h; rollback
 // compensation/undo.h; lease keeping saga/lease_renewer.h; the worker pool
 // (Work) saga/worker.cc, recovery (Recover, NeedsDrive) saga/recovery.cc, and
-// a person's decisions and requests (Resolve, Decide, Cancel) saga/operator.cc.
+// a person's decisions (Resolve, Decide) saga/operator.cc, and the durable
+// control requests (Cancel, Pause, Resume) saga/control.cc.
 //
 // Thread safety: every method may be called from several threads at once.
 // With leases (EngineOptions::use_leases, the default), every drive holds
@@ -47,6 +48,7 @@
 #include "saga/decisions.h"
 #include "saga/options.h"
 #include "saga/spec.h"
+#include "storage/control_store.h"
 #include "storage/store.h"
 #include "tools/tool.h"
 
@@ -96,21 +98,36 @@ struct RecoveryReport {
   std::vector<RecoveredSaga> sagas;   ///< per saga, in the order done (skipped ones too)
 };
 
-/// A caller's request to stop a saga and undo what it did.
-struct CancelRequest {
-  std::string who;     ///< required: who cancels
-  std::string reason;  ///< why; "" means "cancelled by <who>"
+/// A caller's or a person's request to cancel, pause or resume a saga
+/// (Engine::Cancel, Pause, Resume). It is durable: recorded in the store
+/// (storage/control_store.h) and honoured by whichever process drives the
+/// saga, before a drive and between steps (saga/control_drive.h).
+struct ControlRequest {
+  std::string who;     ///< required: who asks
+  std::string reason;  ///< why; a cancel without one says "cancelled by <who>"
+  /// True: once recorded, the request is carried out in this call when no
+  /// other process drives the saga (a cancel rolls back, a resume drives the
+  /// saga on). False: recorded only; the process that drives the saga, or
+  /// the next drive anywhere (a server's sweeper, `recover`), carries it out.
+  bool drive = true;
 };
+using CancelRequest = ControlRequest;
 
-/// What Engine::Cancel did.
-struct CancelResult {
-  storage::SagaRecord saga;  ///< as it stands after the request
-  /// True: the request is recorded and the saga's driver rolls it back after the
-  /// step in progress (an API answers 202); false: the saga is already settled
-  /// by this call (cancelled, or rejected for a saga awaiting approval) or was
-  /// already rolling back / cancelled.
-  bool rollback_pending = false;
+/// What Engine::Cancel, Pause or Resume did.
+struct ControlResult {
+  storage::SagaRecord saga;  ///< as it stands after the call
+  /// False: nothing new was written (the same request, or a cancel, was
+  /// pending already, or the saga already is where the request would take
+  /// it).
+  bool recorded = false;
+  /// True: the request is recorded and not carried out yet: the process
+  /// driving the saga does it after the step in progress (an API answers
+  /// 202), or, for a cancel of a saga that needs attention, the drive that
+  /// follows a person's resolve.
+  bool pending = false;
+  std::string note;  ///< for a person: what happened, what happens next
 };
+using CancelResult = ControlResult;
 
 class Engine {
  public:
@@ -166,20 +183,33 @@ class Engine {
   /// with the reason; a parked saga is not driven again (NeedsDrive).
   Result<RecoveryReport> Recover(int concurrency = 4);
 
-  /// Stops a saga and undoes what it did, by its state:
-  ///   pending            cancelled at once (journal `saga_cancelled` {reason, by});
-  ///   awaiting approval  its commit is rejected (Decide), which rolls it back;
-  ///   running            the request is recorded: the drive of this engine
-  ///                      rolls it back after the step in progress (the next
-  ///                      drive, when none is under way: the caller drives it);
-  ///   compensating, cancelled   answered as it stands.
-  /// A saga this engine is driving right now gets the request recorded
-  /// (rollback_pending), whatever the state its record shows. Requests live in
-  /// this engine's memory: another process's drive does not see them.
-  /// kFailedPrecondition if the saga's state cannot be cancelled (finished,
-  /// failed, parked); kUnavailable "busy" if another worker holds its lease;
-  /// kInvalidArgument without `who`; kNotFound for no such saga.
-  Result<CancelResult> Cancel(const std::string& saga_id, const CancelRequest& request);
+  /// Cancels a saga: records the request (journal `cancel_requested`
+  /// {by, reason, request}), then, with request.drive and no other driver,
+  /// carries it out: a pending saga is cancelled, a running or paused one
+  /// rolls back (completed steps compensated in reverse), one awaiting
+  /// approval has its commit rejected (the token is void) and rolls back.
+  /// A saga another process drives (or this engine, right now) rolls back
+  /// after the step in progress (pending). A saga that needs attention keeps
+  /// the request until a person resolves the uncertain step (pending), then
+  /// rolls back. Twice is once: a saga cancelled, or rolled back after a
+  /// cancel, or rolling back, answers as it stands. kFailedPrecondition for
+  /// a saga that finished otherwise; kInvalidArgument without `who`;
+  /// kNotFound for no such saga.
+  Result<ControlResult> Cancel(const std::string& saga_id, const ControlRequest& request);
+
+  /// Pauses a pending, running or compensating saga between steps: the step
+  /// in progress finishes its journal protocol, then the saga is `paused`,
+  /// holds no lease and no driver moves it (NeedsDrive is false) until a
+  /// Resume or a Cancel. A paused saga answers as it stands (recorded
+  /// false). kFailedPrecondition for a finished saga or one that waits for a
+  /// person (awaiting approval, needs attention).
+  Result<ControlResult> Pause(const std::string& saga_id, const ControlRequest& request);
+
+  /// Resumes a paused saga the way it was going (running, or compensating),
+  /// driven on here with request.drive, else by any driver. A pause still
+  /// pending is withdrawn. A saga that is not paused answers as it stands.
+  /// kFailedPrecondition for a finished saga.
+  Result<ControlResult> Resume(const std::string& saga_id, const ControlRequest& request);
 
  private:
   /// Run without the read that answers a finished saga without a lease.
@@ -202,16 +232,18 @@ class Engine {
   /// schema validation is the largest CPU cost of a drive.
   Result<SagaSpec> CachedSpec(const Json& spec);
   struct SpecCache;
-  /// Cancel requests, and the sagas this engine drives right now
-  /// (saga/operator.cc).
-  struct CancelBook;
-  static std::shared_ptr<CancelBook> NewCancelBook();
-  /// Registers a drive of `saga_id` for Cancel (waits while a Cancel of it
-  /// writes); every BeginDrive is followed by one EndDrive.
+  /// The sagas this engine drives right now (a hint for the control
+  /// requests, saga/control.cc: the store holds the requests).
+  struct DriveBook;
   void BeginDrive(const std::string& saga_id);
   void EndDrive(const std::string& saga_id);
-  /// The reason of a cancel request for `saga_id`, taken (or nullopt).
-  std::optional<std::string> TakeCancelRequest(const std::string& saga_id);
+  bool DrivenHere(const std::string& saga_id);
+  /// Records a control request of `kind` (saga/control.cc).
+  Result<storage::ControlOutcome> Record(const std::string& saga_id, const char* kind,
+                                         const ControlRequest& request);
+  /// Carries a recorded request out here if nobody else drives the saga:
+  /// false when another drive holds it.
+  Result<bool> DriveIfFree(const std::string& saga_id, storage::SagaRecord* out);
   /// BeginDrive ... EndDrive for a scope.
   class DriveMark {
    public:
@@ -232,7 +264,7 @@ class Engine {
   EngineOptions options_;
   std::unique_ptr<SpecCache> spec_cache_;
   std::unique_ptr<LeaseRenewer> renewer_;
-  std::shared_ptr<CancelBook> cancels_;
+  std::unique_ptr<DriveBook> drives_;
 };
 
 /// The idempotency key of a step: stable across attempts, processes and
@@ -241,6 +273,13 @@ std::string StepKey(const std::string& saga_id, const std::string& step_id);
 
 /// True if a drive now would move the saga: pending, running, compensating, or
 /// awaiting an approval that was decided or has expired (the sweeper and Recover).
+/// False for a paused saga: only a resume or cancel request moves it (the
+/// sweeper and Recover also drive sagas with such a request pending).
 bool NeedsDrive(const storage::SagaRecord& saga, int64_t now_ms);
+
+/// Appends to `list` the sagas that a pending control request moves: paused
+/// ones with any request, ones awaiting approval with a cancel. What
+/// Recover, Work and the server's sweeper drive besides what NeedsDrive names.
+Status AddControlled(storage::Store* store, std::vector<storage::SagaSummary>* list);
 
 }  // namespace idem

@@ -132,7 +132,9 @@ class StepMachine {
   X(UndoParked,           "undo_parked")            /* a compensation gave up: a person must look */ \
   X(OperatorResumed,      "operator_resumed")       /* a person resolved the parked step; facts: rolling_back */ \
   X(StepAwaitingApproval, "step_awaiting_approval") /* a step waits for a person's approval */   \
-  X(ApprovalSettled,      "approval_settled")       /* approved, rejected or expired: go on */
+  X(ApprovalSettled,      "approval_settled")       /* approved, rejected or expired: go on */ \
+  X(PauseRequested,       "pause_requested")        /* a person paused it: stop between steps */ \
+  X(Resumed,              "resumed")                /* a person resumed it; facts: rolling_back */
 
 #define IDEM_SAGA_COMMANDS(X)                                                                    \
   X(RunNextStep,    "run_next_step")                                                             \
@@ -152,9 +154,11 @@ const char* SagaCommandName(SagaCommand c);
 struct SagaFacts {
   /// kStepCompleted: steps remain to run; kUndoCompleted: steps remain to undo.
   bool more_steps = false;
-  /// kStepFailed: completed effects exist that a rollback must undo.
+  /// kStepFailed, kCancelRequested (of a paused saga): completed effects
+  /// exist that a rollback must undo.
   bool effects_to_undo = false;
-  /// kOperatorResumed: a rollback had begun before the saga was parked.
+  /// kOperatorResumed, kResumed: a rollback had begun before the saga was
+  /// parked or paused. kCancelRequested of a paused saga: see effects_to_undo.
   bool rolling_back = false;
 
   static SagaFacts WithMoreSteps(bool v) {

@@ -1,18 +1,12 @@
-// A person's decisions and a caller's cancel: Engine::Resolve (a parked step: applied,
+// A person's decisions: Engine::Resolve (a parked step: applied,
 // not_applied, retry; the undo decisions undone and retry_undo are the undo
 // driver's, compensation/undo.h) and Engine::Decide (an approval, checked
 // and recorded by preview_commit/two_phase.h). Each claims the saga's lease
 // before it reads the saga, checks and writes under it, then drives the
-// saga on with the same lease. Engine::Cancel, by the saga's state: a pending
-// saga is cancelled at once, one awaiting approval is rejected (Decide), a
-// running one (or one this engine drives now) gets a request its drive takes
-// between steps (SagaRun::CancelWhen).
+// saga on with the same lease. The durable control requests (Cancel, Pause,
+// Resume) are saga/control.cc.
 
-#include <condition_variable>
-#include <mutex>
 #include <string>
-#include <thread>
-#include <unordered_map>
 
 #include "compensation/undo.h"
 #include "preview_commit/two_phase.h"
@@ -189,7 +183,7 @@ Result<SagaRecord> Engine::Decide(const std::string& token, const ApprovalDecisi
   auto claimed = ClaimForDecision(claims->saga_id);
   if (!claimed.ok()) return claimed.status();
   ClaimedLease lease(store_, *claimed);
-  DriveMark driving(this, claims->saga_id);  // a Cancel here records a request
+  DriveMark driving(this, claims->saga_id);  // a control request here is left to this drive
   auto rec = store_->LoadSaga(claims->saga_id);
   if (!rec.ok()) return rec.status();
   auto saga = LoadedSaga::From(std::move(rec).value());
@@ -215,166 +209,6 @@ Result<SagaRecord> Engine::Decide(const std::string& token, const ApprovalDecisi
     return store_->LoadSaga(claims->saga_id);
   }
   return out;
-}
-
-// ---- cancel
-
-struct Engine::CancelBook {
-  std::mutex mu;
-  std::condition_variable cv;                                // a Cancel's write finished
-  std::unordered_map<std::string, int> driving;              // GUARDED_BY(mu) saga -> drives
-  std::unordered_map<std::string, std::thread::id> writing;  // GUARDED_BY(mu) a Cancel writes it
-  std::unordered_map<std::string, std::string> requests;     // GUARDED_BY(mu) saga -> reason
-};
-
-std::shared_ptr<Engine::CancelBook> Engine::NewCancelBook() {
-  return std::make_shared<CancelBook>();
-}
-
-void Engine::BeginDrive(const std::string& saga_id) {
-  std::unique_lock<std::mutex> lock(cancels_->mu);
-  // A Cancel's own rejection (Decide) drives on its thread.
-  cancels_->cv.wait(lock, [&] {
-    auto it = cancels_->writing.find(saga_id);
-    return it == cancels_->writing.end() || it->second == std::this_thread::get_id();
-  });
-  ++cancels_->driving[saga_id];
-}
-
-void Engine::EndDrive(const std::string& saga_id) {
-  std::lock_guard<std::mutex> lock(cancels_->mu);
-  auto it = cancels_->driving.find(saga_id);
-  if (it != cancels_->driving.end() && --it->second == 0) cancels_->driving.erase(it);
-}
-
-std::optional<std::string> Engine::TakeCancelRequest(const std::string& saga_id) {
-  std::lock_guard<std::mutex> lock(cancels_->mu);
-  auto it = cancels_->requests.find(saga_id);
-  if (it == cancels_->requests.end()) return std::nullopt;
-  std::string why = std::move(it->second);
-  cancels_->requests.erase(it);
-  return why;
-}
-
-namespace {
-
-// Marks a saga as written by a Cancel until destruction: drives of it on
-// other threads wait.
-class CancelWrite {
- public:
-  CancelWrite(std::mutex* mu, std::condition_variable* cv,
-              std::unordered_map<std::string, std::thread::id>* writing, std::string saga_id)
-      : mu_(mu), cv_(cv), writing_(writing), saga_id_(std::move(saga_id)) {}
-  ~CancelWrite() {
-    {
-      std::lock_guard<std::mutex> lock(*mu_);
-      writing_->erase(saga_id_);
-    }
-    cv_->notify_all();
-  }
-  CancelWrite(const CancelWrite&) = delete;
-  CancelWrite& operator=(const CancelWrite&) = delete;
-
- private:
-  std::mutex* mu_;
-  std::condition_variable* cv_;
-  std::unordered_map<std::string, std::thread::id>* writing_;
-  std::string saga_id_;
-};
-
-}  // namespace
-
-Result<CancelResult> Engine::Cancel(const std::string& saga_id, const CancelRequest& request) {
-  if (request.who.empty()) return Status::InvalidArgument("cancel: who cancels is required");
-  const std::string why = request.reason.empty() ? "cancelled by " + request.who : request.reason;
-  CancelBook& book = *cancels_;
-  {
-    std::unique_lock<std::mutex> lock(book.mu);
-    book.cv.wait(lock, [&] { return book.writing.count(saga_id) == 0; });
-    if (book.driving.count(saga_id) > 0) {
-      // This engine drives it: the drive rolls it back after the step in
-      // progress, instead of a write here racing it.
-      book.requests[saga_id] = why;
-      lock.unlock();
-      auto rec = store_->LoadSaga(saga_id);
-      if (!rec.ok()) return rec.status();
-      return CancelResult{std::move(rec).value(), true};
-    }
-    book.writing[saga_id] = std::this_thread::get_id();
-  }
-  CancelWrite writing(&book.mu, &book.cv, &book.writing, saga_id);
-  auto rec = store_->LoadSaga(saga_id);
-  if (!rec.ok()) return rec.status();
-  auto state = ParseSagaState(rec->summary.state);
-  if (!state) return Status::Internal("unknown saga state");
-  switch (*state) {
-    case SagaState::kPending: {
-      SagaMachine m(SagaState::kPending);
-      auto cmds = m.Fire(SagaEvent::kCancelRequested);
-      if (!cmds.ok()) return cmds.status();
-      auto claimed = Claim(saga_id);
-      if (!claimed.ok()) {
-        return Status::Unavailable("another worker holds the saga: " + claimed.status().message());
-      }
-      {
-        ClaimedLease lease(store_, *claimed);
-        if (claimed->epoch != 0) {
-          // Claimed: the state cannot move under us any more; check it again.
-          auto again = store_->LoadSaga(saga_id);
-          if (!again.ok() || again->summary.state != SagaStateName(SagaState::kPending)) {
-            return Status::Unavailable("the saga left the pending state; ask again");
-          }
-        }
-        storage::WriteBatch b;
-        b.saga_id = saga_id;
-        b.saga_state = SagaStateName(m.state());
-        b.saga_reason = why;
-        storage::JournalEntry je;
-        je.saga_id = saga_id;
-        je.event = std::string("saga_") + SagaStateName(m.state());
-        je.data = {{"reason", why}, {"by", request.who}};
-        je.at_ms = options_.clock->NowMs();
-        b.journal.push_back(std::move(je));
-        IDEM_RETURN_IF_ERROR(CommitClaimed(lease.lease(), &b));
-      }
-      auto done = store_->LoadSaga(saga_id);
-      if (!done.ok()) return done.status();
-      return CancelResult{std::move(done).value(), false};
-    }
-    case SagaState::kAwaitingApproval: {
-      // Rolling back a waiting saga is what rejecting its commit does.
-      std::string token;
-      for (const StepRecord& st : rec->steps) {
-        auto phase = preview_commit::PhaseRecord::FromJson(st.phase);
-        if (st.state == StepStateName(StepState::kAwaitingApproval) && phase) token = phase->token;
-      }
-      if (token.empty()) {
-        return Status::FailedPrecondition("the saga waits, but no step holds a commit token");
-      }
-      ApprovalDecision d;
-      d.approve = false;
-      d.who = request.who;
-      d.note = why;
-      d.expected_saga_id = saga_id;
-      auto out = Decide(token, d);
-      if (!out.ok()) return out.status();
-      return CancelResult{std::move(out).value(), false};
-    }
-    case SagaState::kRunning: {
-      // Not driven by this engine right now (a worker elsewhere, or between
-      // two drives here): its next drive here rolls it back.
-      std::lock_guard<std::mutex> lock(book.mu);
-      book.requests[saga_id] = why;
-      return CancelResult{std::move(rec).value(), true};
-    }
-    case SagaState::kCompensating:
-    case SagaState::kCancelled:
-      return CancelResult{std::move(rec).value(), false};  // already rolling back, or cancelled
-    default:
-      return Status::FailedPrecondition(
-          "the saga is " + rec->summary.state +
-          "; only a pending saga or one awaiting approval can be cancelled");
-  }
 }
 
 }  // namespace idem

@@ -1,7 +1,8 @@
 // Engine::Recover: the recovery pool, and NeedsDrive, its predicate for one
 // saga (the server's sweeper asks it). Every saga that had not finished
 // (pending, running, compensating, or waiting for an approval that may have
-// been decided or expired) is claimed and driven, `concurrency` at a time.
+// been decided or expired), and every paused saga with a resume or cancel
+// request pending, is claimed and driven, `concurrency` at a time.
 // A drive that throws parks its saga (Engine::RunLeased); anything else a
 // thread throws is reported in RecoveryReport::errors and the thread goes on.
 
@@ -19,6 +20,24 @@
 
 namespace idem {
 
+Status AddControlled(storage::Store* store, std::vector<storage::SagaSummary>* list) {
+  if (store->Controls() == nullptr) return Status::Ok();
+  auto controls = store->Controls()->ListControls(1'000'000);
+  if (!controls.ok()) return controls.status();
+  for (const storage::ControlRequest& c : *controls) {
+    auto rec = store->LoadSaga(c.saga_id);
+    if (!rec.ok()) continue;
+    // A paused saga moves on any request (one that is moot is settled); one
+    // awaiting approval on a cancel (its commit is rejected).
+    const std::string& state = rec->summary.state;
+    if (state == SagaStateName(SagaState::kPaused) ||
+        (state == SagaStateName(SagaState::kAwaitingApproval) && c.kind == "cancel")) {
+      list->push_back(rec->summary);
+    }
+  }
+  return Status::Ok();
+}
+
 Result<RecoveryReport> Engine::Recover(int concurrency) {
   storage::SagaFilter filter;
   filter.states = {SagaStateName(SagaState::kPending), SagaStateName(SagaState::kRunning),
@@ -27,6 +46,9 @@ Result<RecoveryReport> Engine::Recover(int concurrency) {
   filter.limit = 1'000'000;
   auto list = store_->ListSagas(filter);
   if (!list.ok()) return list.status();
+  // Paused sagas with a request pending move too (and waiting ones with a
+  // cancel, listed twice then: the second drive finds nothing to do).
+  IDEM_RETURN_IF_ERROR(AddControlled(store_, &*list));
   RecoveryReport report;
   std::mutex mu;
   std::atomic<size_t> next{0};

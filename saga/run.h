@@ -33,6 +33,7 @@
 #include "saga/options.h"
 #include "saga/spec.h"
 #include "saga/states.h"
+#include "storage/control_store.h"
 #include "storage/store.h"
 #include "tools/tool.h"
 
@@ -109,15 +110,15 @@ class SagaRun {
   /// The saga's previous driver may still be alive (a shared store with
   /// leases): a step it left `submitted` may have a call still in flight.
   void MarkTakenOver() { taken_over_ = true; }
-  /// Asked between steps of a running saga: a reason turns it into a
-  /// rollback (the step in progress has finished).
-  void CancelWhen(std::function<std::optional<std::string>()> requested) {
-    cancel_requested_ = std::move(requested);
-  }
-  /// The reason of a cancel request for this saga, taken (or nullopt).
-  std::optional<std::string> TakeCancelRequest() const {
-    return cancel_requested_ ? cancel_requested_() : std::nullopt;
-  }
+  /// The saga's pending control request (cancel, pause, resume) as the
+  /// store holds it (storage/control_store.h; nullopt for a store without
+  /// them): asked before the drive and between steps (saga/run_control.cc).
+  Result<std::optional<storage::ControlRequest>> PendingControl() const;
+  /// Removes the request once carried out (its state change durable).
+  Status SettleControl(const std::string& request_id) const;
+  /// For a resume: whether the saga was rolling back when it was paused
+  /// (the journal's last `saga_paused` entry says where it came from).
+  Result<bool> PausedWhileRollingBack() const;
   /// Before any call to the outside world: kAborted once the lease is lost.
   Status CheckLease() const;
   /// True when the engine is asked to stop between steps.
@@ -231,7 +232,6 @@ class SagaRun {
   storage::WriteBatch staged_;  // written to rec_ already, not yet to the store
   bool has_staged_ = false;
   bool released_ = false;
-  std::function<std::optional<std::string>()> cancel_requested_;
 };
 
 }  // namespace idem

@@ -65,7 +65,16 @@ struct SagaMachineDef : MachineBase<SagaMachineDef, SagaState, SagaCommand> {
   // ---- a person resolved the parked step: go on the way the saga was going
   //    +----------------+-------------------------+-----------------+---------------+-----------------------+
   Row < NeedsAttention   , ev::OperatorResumed     , Running         , RunNextStep   , Not<RollingBack>      >,
-  Row < NeedsAttention   , ev::OperatorResumed     , Compensating    , UndoNextStep  , RollingBack           >
+  Row < NeedsAttention   , ev::OperatorResumed     , Compensating    , UndoNextStep  , RollingBack           >,
+  // ---- a person paused the saga (between steps; no lease held), then resumed or cancelled it
+  //    +----------------+-------------------------+-----------------+---------------+-----------------------+
+  Row < Pending          , ev::PauseRequested      , Paused          , RecordParked  , none                  >,
+  Row < Running          , ev::PauseRequested      , Paused          , RecordParked  , none                  >,
+  Row < Compensating     , ev::PauseRequested      , Paused          , RecordParked  , none                  >,
+  Row < Paused           , ev::Resumed             , Running         , RunNextStep   , Not<RollingBack>      >,
+  Row < Paused           , ev::Resumed             , Compensating    , UndoNextStep  , RollingBack           >,
+  Row < Paused           , ev::CancelRequested     , Compensating    , UndoNextStep  , HasEffectsToUndo      >,
+  Row < Paused           , ev::CancelRequested     , Cancelled       , RecordTerminal, Not<HasEffectsToUndo> >
   > {};
   // clang-format on
 };

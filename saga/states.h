@@ -23,7 +23,8 @@ namespace idem {
   X(Compensated,       "compensated")        \
   X(Failed,            "failed")             \
   X(Cancelled,         "cancelled")          \
-  X(NeedsAttention,    "needs_attention")
+  X(NeedsAttention,    "needs_attention")    \
+  X(Paused,            "paused")
 
 #define IDEM_STEP_STATES(X)                      \
   X(Planned,             "planned")              \
@@ -52,7 +53,8 @@ std::optional<StepState> ParseStepState(const std::string& name);
 /// Terminal: succeeded, compensated, failed, cancelled. needs_attention is
 /// parked, not terminal: an operator may resolve it.
 bool IsTerminal(SagaState s);
-/// Recovery resumes these: pending, running, compensating.
+/// Recovery resumes these: pending, running, compensating. A paused saga
+/// waits for a resume (or a cancel) request: no drive moves it before.
 bool IsResumable(SagaState s);
 
 }  // namespace idem

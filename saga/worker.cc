@@ -1,5 +1,6 @@
 // Engine::Work: the worker pool. `concurrency` threads each claim one
-// runnable saga at a time (pending, running, compensating) with a lease and
+// runnable saga at a time (pending, running, compensating; when there is none,
+// a paused saga with a resume or cancel request pending) with a lease and
 // drive it, until EngineOptions::stop turns true. A drive that throws parks
 // its saga (Engine::RunLeased); anything else a thread throws (a claim, the
 // on_done callback) is kept as the first error and the thread goes on.
@@ -29,6 +30,19 @@ Status Engine::Work(const WorkerOptions& worker) {
   };
   auto claim_and_drive = [&] {
     auto claimed = store_->ClaimSagas(states, options_.owner, options_.lease_ms, 1);
+    if (claimed.ok() && claimed->empty()) {
+      // Nothing runnable: a paused saga with a resume or cancel pending?
+      std::vector<storage::SagaSummary> paused;
+      if (AddControlled(store_, &paused).ok()) {
+        for (const storage::SagaSummary& s : paused) {
+          auto r = Drive(s.saga_id);  // another holder answers kAborted
+          if (r.ok() || r.status().code() != Code::kAborted) {
+            if (worker.on_done) worker.on_done(s.saga_id, r.ok() ? Status::Ok() : r.status());
+            return;
+          }
+        }
+      }
+    }
     if (!claimed.ok() || claimed->empty()) {
       if (!claimed.ok() && claimed.status().code() != Code::kUnavailable &&
           claimed.status().code() != Code::kAborted) {

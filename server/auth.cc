@@ -70,9 +70,10 @@ Result<std::vector<Principal>> ParsePrincipals(const std::string& json_text) {
     }
     for (size_t r = 0; r < e["roles"].size(); ++r) {
       const Json& role = e["roles"][r];
-      if (!role.is_string() || (role != kRoleAgent && role != kRoleApprover)) {
+      if (!role.is_string() ||
+          (role != kRoleAgent && role != kRoleApprover && role != kRoleOperator)) {
         return Status::InvalidArgument(at + ".roles[" + std::to_string(r) +
-                                       "]: expected \"agent\" or \"approver\"");
+                                       "]: expected \"agent\", \"approver\" or \"operator\"");
       }
       p.roles.push_back(role.get<std::string>());
     }
@@ -103,7 +104,7 @@ Result<std::vector<Principal>> LoadPrincipals(const std::string& path) {
 }
 
 const Principal* Authenticator::Identify(const HttpRequest& req) const {
-  static const Principal anonymous{kAnonymous, "", {kRoleAgent, kRoleApprover}};
+  static const Principal anonymous{kAnonymous, "", {kRoleAgent, kRoleApprover, kRoleOperator}};
   if (principals_.empty()) return &anonymous;  // insecure_no_auth
   const std::string h = req.Header("Authorization");
   if (h.size() < 8 || h.size() > kMaxBearerBytes) return nullptr;

@@ -17,13 +17,16 @@ namespace idem::server {
 inline constexpr const char* kAnonymous = "anonymous";
 inline constexpr const char* kRoleAgent = "agent";
 inline constexpr const char* kRoleApprover = "approver";
+/// Operates live sagas: cancel, pause, resume and resolve any saga (an agent
+/// may cancel its own).
+inline constexpr const char* kRoleOperator = "operator";
 
 /// True for a loopback host name or address (127.0.0.0/8, ::1, localhost).
 bool IsLoopback(const std::string& host);
 
 class Authenticator {
  public:
-  /// No principals: every caller is "anonymous" with both roles (the
+  /// No principals: every caller is "anonymous" with every role (the
   /// server's --insecure-no-auth).
   explicit Authenticator(std::vector<Principal> principals) : principals_(std::move(principals)) {}
 

@@ -1,5 +1,6 @@
 #include "server/driver_pool.h"
 
+#include <algorithm>
 #include <chrono>
 
 #include "saga/states.h"
@@ -44,6 +45,14 @@ void DriverPool::Enqueue(const std::string& id) {
   cv_.notify_one();
 }
 
+void DriverPool::Kick() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    sweep_now_ = true;
+  }
+  sweep_cv_.notify_all();
+}
+
 bool DriverPool::BeginDrive(const std::string& id) {
   std::lock_guard<std::mutex> lock(mu_);
   return driving_.insert(id).second;
@@ -83,17 +92,21 @@ void DriverPool::SweepOnce() {
   }
   auto list = store_->ListSagas(f);
   if (!list.ok()) return;
+  std::reverse(list->begin(), list->end());  // oldest first
+  const size_t listed = list->size();
+  (void)AddControlled(store_, &*list);  // moved by a control request (after those)
   int64_t now = clock_->NowMs();
-  for (auto it = list->rbegin(); it != list->rend(); ++it) {  // oldest first
+  for (auto it = list->begin(); it != list->end(); ++it) {
+    const bool controlled = static_cast<size_t>(it - list->begin()) >= listed;
     storage::SagaRecord rec;
     rec.summary = *it;
-    if (it->state == SagaStateName(SagaState::kAwaitingApproval)) {
+    if (!controlled && it->state == SagaStateName(SagaState::kAwaitingApproval)) {
       // Waiting: only a decided or expired approval has anything to drive.
       auto loaded = store_->LoadSaga(it->saga_id);
       if (!loaded.ok()) continue;
       rec = std::move(loaded).value();
     }
-    if (!NeedsDrive(rec, now)) continue;
+    if (!controlled && !NeedsDrive(rec, now)) continue;
     if (options_.use_leases) {
       (void)engine_->Run(it->saga_id);  // leased: another holder answers kAborted
     } else {
@@ -106,10 +119,10 @@ void DriverPool::SweeperLoop() {
   for (;;) {
     SweepOnce();
     std::unique_lock<std::mutex> lock(mu_);
-    if (sweep_cv_.wait_for(lock, std::chrono::milliseconds(options_.sweep_ms),
-                           [&] { return stopping_; })) {
-      return;
-    }
+    sweep_cv_.wait_for(lock, std::chrono::milliseconds(options_.sweep_ms),
+                       [&] { return stopping_ || sweep_now_; });
+    if (stopping_) return;
+    sweep_now_ = false;
   }
 }
 

@@ -54,6 +54,9 @@ class DriverPool {
 
   /// Queues a saga for a driver (not when queued, held or stopping).
   void Enqueue(const std::string& saga_id);
+  /// Sweeps now instead of at the next period (after a control request was
+  /// recorded: the sweeper drives the sagas a request moves).
+  void Kick();
   /// Holds `saga_id`; false if it is held already.
   bool BeginDrive(const std::string& saga_id);
   void EndDrive(const std::string& saga_id);
@@ -75,6 +78,7 @@ class DriverPool {
   std::set<std::string> queued_;      // GUARDED_BY(mu_)
   std::set<std::string> driving_;     // GUARDED_BY(mu_)
   bool stopping_ = false;             // GUARDED_BY(mu_)
+  bool sweep_now_ = false;            // GUARDED_BY(mu_)
   bool started_ = false;
   std::vector<std::thread> drivers_;
   std::thread sweeper_;

@@ -22,8 +22,19 @@ void PostSaga(ServerContext& ctx, const HttpRequest& req, HttpResponse& res);
 void GetSaga(ServerContext& ctx, const HttpRequest& req, HttpResponse& res);
 /// GET /v1/sagas?status=S&limit=N
 void ListSagas(ServerContext& ctx, const HttpRequest& req, HttpResponse& res);
-/// POST /v1/sagas/{id}/cancel, through Engine::Cancel.
+
+// ---- operator endpoints (control.cc)
+
+/// POST /v1/sagas/{id}/cancel {reason?}: Engine::Cancel (agent: its own
+/// saga; operator: any).
 void CancelSaga(ServerContext& ctx, const HttpRequest& req, HttpResponse& res);
+/// POST /v1/sagas/{id}/pause {reason?}: Engine::Pause (operator).
+void PauseSaga(ServerContext& ctx, const HttpRequest& req, HttpResponse& res);
+/// POST /v1/sagas/{id}/resume {reason?}: Engine::Resume (operator).
+void ResumeSaga(ServerContext& ctx, const HttpRequest& req, HttpResponse& res);
+/// POST /v1/sagas/{id}/resolve {step, decision, result?, note?}:
+/// Engine::Resolve (operator).
+void ResolveSaga(ServerContext& ctx, const HttpRequest& req, HttpResponse& res);
 
 // ---- specs (specs.cc)
 

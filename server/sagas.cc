@@ -1,4 +1,5 @@
-// The saga resource: submit, read, list and cancel.
+// The saga resource: submit, read and list (cancel and the other operator
+// endpoints: server/control.cc).
 
 #include <algorithm>
 #include <exception>
@@ -189,37 +190,6 @@ void ListSagas(ServerContext& ctx, const HttpRequest& req, HttpResponse& res) {
     if (static_cast<int>(sagas.size()) >= limit) break;
   }
   SendJson(res, 200, {{"sagas", sagas}});
-}
-
-void CancelSaga(ServerContext& ctx, const HttpRequest& req, HttpResponse& res) {
-  const Principal* p = ctx.auth->Authorize(req, res, {kRoleAgent});
-  if (p == nullptr) return;
-  const std::string id = req.matches[1];
-  if (!OwnedSaga(ctx, *p, id, res)) return;
-  // Keep this server's drivers off the saga while the engine settles it (a
-  // saga this server drives now gets the request recorded instead).
-  const bool held = ctx.pool->BeginDrive(id);
-  CancelRequest cr;
-  cr.who = p->name;
-  cr.reason = "cancelled by " + p->name;
-  auto out = ctx.engine->Cancel(id, cr);
-  if (held) ctx.pool->EndDrive(id);
-  if (!out.ok()) {
-    const Status& s = out.status();
-    if (s.code() == Code::kFailedPrecondition) {
-      return Problem(res, 409, "cancel-not-possible", "Cannot cancel", s.message());
-    }
-    if (s.code() == Code::kUnavailable) {
-      res.SetHeader("Retry-After", "1");
-      return Problem(res, 409, "saga-busy", "Saga is being driven", s.message());
-    }
-    return ProblemFor(res, s);
-  }
-  if (out->rollback_pending) {
-    ctx.pool->Enqueue(id);  // the next drive here rolls it back
-    return SendSaga(ctx, res, 202, out->saga);
-  }
-  SendSaga(ctx, res, 200, out->saga);
 }
 
 }  // namespace idem::server

@@ -5,7 +5,9 @@
 //                                       under an Idempotency-Key; 201 new, 200 existing
 //   GET  /v1/sagas/{id}                 the saga, its steps and effects (owner only)
 //   GET  /v1/sagas?status=S&limit=N     the caller's sagas, newest first
-//   POST /v1/sagas/{id}/cancel          cancel (see below)
+//   POST /v1/sagas/{id}/cancel          cancel (agent: its own; operator), see below
+//   POST /v1/sagas/{id}/pause|resume    pause / resume (operator), see below
+//   POST /v1/sagas/{id}/resolve         a person's decision on a parked step (operator)
 //   PUT  /v1/specs/{name}               register a spec version (validated; versions kept)
 //   GET  /v1/specs, /v1/specs/{name}    the registered specs
 //   GET  /v1/approvals                  commits waiting for a person (approver)
@@ -39,12 +41,10 @@
 // (use_leases = true) Engine::Work claims sagas with leases, beside other
 // workers; the sweeper only drives sagas waiting on an approval.
 //
-// Cancel is Engine::Cancel: a pending saga is cancelled, a saga awaiting
-// approval is rolled back by rejecting its commit, a saga already
-// compensating or cancelled answers as it stands (all 200); a running saga
-// (or one this server drives now) answers 202 and its driver rolls it back
-// after the step in progress; finished and parked sagas answer 409
-// cancel-not-possible, a saga whose lease another worker holds 409 saga-busy.
+// Cancel, pause and resume are the engine's durable requests (Engine::Cancel,
+// Pause, Resume; server/control.cc): recorded in the store and honoured by
+// whichever process drives the saga; 200 when carried out by the request,
+// 202 when recorded for the process driving it (docs/server.md).
 //
 // Layout: handlers by resource (server/handlers.h) over the server's own
 // request and response (server/http.h), routes in server/routes.cc, and

@@ -232,6 +232,23 @@ constexpr Statement kInsertSpec = {
 constexpr Statement kSelectSpec = {"select_spec",
                                    IDEM_PG_SPEC_COLUMNS " WHERE name = $1 AND version = $2"};
 
+// Control requests (storage/control_store.h).
+constexpr Statement kInsertControl = {
+    "insert_control",
+    "INSERT INTO saga_controls (saga_id, request_id, kind, requested_by, reason, requested_ms)"
+    " VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (saga_id) DO NOTHING RETURNING txid_current()"};
+#define IDEM_PG_CONTROL_COLUMNS \
+  "SELECT saga_id, request_id, kind, requested_by, reason, requested_ms FROM saga_controls"
+constexpr Statement kLockControl = {"lock_control",
+                                    IDEM_PG_CONTROL_COLUMNS " WHERE saga_id = $1 FOR UPDATE"};
+constexpr Statement kReplaceControl = {
+    "replace_control",
+    "UPDATE saga_controls SET request_id = $2, kind = $3, requested_by = $4, reason = $5,"
+    " requested_ms = $6 WHERE saga_id = $1 RETURNING txid_current()"};
+constexpr Statement kSettleControl = {
+    "settle_control",
+    "DELETE FROM saga_controls WHERE saga_id = $1 AND request_id = $2 RETURNING txid_current()"};
+
 // Run through libpq pipelines (see Pipe), prepared at a connection's first write.
 constexpr std::array kWriteStatements = {
     kSagaExists,
@@ -261,6 +278,10 @@ constexpr std::array kWriteStatements = {
     kPurgeKeys,
     kInsertSpec,
     kSelectSpec,
+    kInsertControl,
+    kLockControl,
+    kReplaceControl,
+    kSettleControl,
 };
 
 // ---- Errors -----------------------------------------------------------------
@@ -2113,6 +2134,131 @@ Result<std::vector<StoredSpec>> PgStore::ListSpecs() {
         for (const pqxx::row& r :
              tx.exec(IDEM_PG_SPEC_COLUMNS " ORDER BY name COLLATE \"C\", version")) {
           out.push_back(ReadSpec(r));
+        }
+        return out;
+      });
+}
+
+// ---- Control requests (storage/control_store.h) ------------------------------
+
+namespace {
+
+ControlRequest ReadControl(const std::string& saga_id, const std::string& request_id,
+                           const std::string& kind, const std::string& by,
+                           const std::string& reason, int64_t requested_ms) {
+  ControlRequest r;
+  r.saga_id = saga_id;
+  r.request_id = request_id;
+  r.kind = kind;
+  r.by = by;
+  r.reason = reason;
+  r.requested_ms = requested_ms;
+  return r;
+}
+
+}  // namespace
+
+Result<ControlOutcome> PgStore::RequestControl(const ControlRequest& request) {
+  IDEM_RETURN_IF_ERROR(CheckControlRequest(request));
+  IDEM_RETURN_IF_ERROR(CheckTexts("control request: ", {{&request.saga_id, "saga_id"},
+                                                        {&request.request_id, "request_id"},
+                                                        {&request.by, "by"},
+                                                        {&request.reason, "reason"}}));
+  const Json entry = {
+      {"by", request.by}, {"reason", request.reason}, {"request", request.request_id}};
+  const std::string event = request.kind + "_requested";
+  const std::string no_step;  // a saga-level entry (the pipe points at it)
+  const int64_t at = request.requested_ms;
+  return Run<ControlOutcome>(
+      "record " + request.kind + " request", Access::kWrite,
+      [&](WriteTx& tx, WriteNote* note) -> Result<ControlOutcome> {
+        // Change instead of check: the INSERT is the request when none is
+        // pending; else the pending row is locked and judged.
+        Pipe p(tx);
+        p.Add(kSagaExists, request.saga_id);
+        p.Add(kInsertControl, request.saga_id, request.request_id, request.kind, request.by,
+              request.reason, at);
+        std::vector<Reply> got = p.Run();
+        if (got[0].ok() && got[0].rows() == 0) {
+          return Status::NotFound("saga " + Quote(request.saga_id) + " not found");
+        }
+        ThrowFirstError(p, tx.raw(), got);
+        if (got[1].rows() == 0) {
+          Pipe l(tx);
+          l.Add(kLockControl, request.saga_id);
+          std::vector<Reply> held = l.Run();
+          ThrowFirstError(l, tx.raw(), held);
+          if (held[0].rows() == 0) return Status::Unavailable("control request: busy; try again");
+          const Reply& r = held[0];
+          ControlRequest pending = ReadControl(r.text(0, 0), r.text(0, 1), r.text(0, 2),
+                                               r.text(0, 3), r.text(0, 4), r.i64(0, 5));
+          if (!ControlReplaces(pending.kind, request.kind)) {
+            note->nothing_written = true;
+            return ControlOutcome{std::move(pending), false};
+          }
+          Pipe u(tx);
+          u.Add(kReplaceControl, request.saga_id, request.request_id, request.kind, request.by,
+                request.reason, at);
+          u.Add(kInsertJournal, request.saga_id, no_step, event, entry, at);
+          std::vector<Reply> up = u.Run();
+          ThrowFirstError(u, tx.raw(), up);
+          note->txid = up[0].i64(0, 0);
+          return ControlOutcome{request, true};
+        }
+        note->txid = got[1].i64(0, 0);
+        Pipe j(tx);
+        j.Add(kInsertJournal, request.saga_id, no_step, event, entry, at);
+        std::vector<Reply> wrote = j.Run();
+        ThrowFirstError(j, tx.raw(), wrote);
+        return ControlOutcome{request, true};
+      });
+}
+
+Result<std::optional<ControlRequest>> PgStore::PendingControl(const std::string& saga_id) {
+  if (HasNul(saga_id)) return std::optional<ControlRequest>();
+  return Run<std::optional<ControlRequest>>(
+      "read control request", Access::kOneStatement,
+      [&](pqxx::transaction_base& tx) -> Result<std::optional<ControlRequest>> {
+        pqxx::result q = tx.exec_params(IDEM_PG_CONTROL_COLUMNS " WHERE saga_id = $1", saga_id);
+        if (q.empty()) return std::optional<ControlRequest>();
+        return std::optional<ControlRequest>(
+            ReadControl(FieldText(q[0][0]), FieldText(q[0][1]), FieldText(q[0][2]),
+                        FieldText(q[0][3]), FieldText(q[0][4]), q[0][5].as<int64_t>()));
+      });
+}
+
+Status PgStore::SettleControl(const std::string& saga_id, const std::string& request_id) {
+  if (HasNul(saga_id) || HasNul(request_id)) return Status::Ok();  // cannot be stored
+  Result<bool> done = Run<bool>("settle control request", Access::kWrite,
+                                [&](WriteTx& tx, WriteNote* note) -> Result<bool> {
+                                  Pipe p(tx);
+                                  p.Add(kSettleControl, saga_id, request_id);
+                                  std::vector<Reply> got = p.Run();
+                                  ThrowFirstError(p, tx.raw(), got);
+                                  if (got[0].rows() == 0) {
+                                    note->nothing_written = true;
+                                  } else {
+                                    note->txid = got[0].i64(0, 0);
+                                  }
+                                  return true;
+                                });
+  return done.status();
+}
+
+Result<std::vector<ControlRequest>> PgStore::ListControls(int limit) {
+  if (limit <= 0) {
+    return Status::InvalidArgument("ListControls: limit must be positive, got " +
+                                   std::to_string(limit));
+  }
+  return Run<std::vector<ControlRequest>>(
+      "list control requests", Access::kOneStatement,
+      [&](pqxx::transaction_base& tx) -> Result<std::vector<ControlRequest>> {
+        std::vector<ControlRequest> out;
+        for (const pqxx::row& r : tx.exec_params(
+                 IDEM_PG_CONTROL_COLUMNS " ORDER BY requested_ms, saga_id COLLATE \"C\" LIMIT $1",
+                 limit)) {
+          out.push_back(ReadControl(FieldText(r[0]), FieldText(r[1]), FieldText(r[2]),
+                                    FieldText(r[3]), FieldText(r[4]), r[5].as<int64_t>()));
         }
         return out;
       });

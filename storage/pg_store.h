@@ -89,6 +89,7 @@
 #include <string>
 #include <vector>
 
+#include "storage/control_store.h"
 #include "storage/group_commit.h"
 #include "storage/server_state.h"
 #include "storage/store.h"
@@ -147,7 +148,7 @@ struct PgStats {
   int64_t commits_queued = 0;       ///< Commit calls waiting for a leader now
 };
 
-class PgStore : public Store, public KeyRecordStore, public SpecStore {
+class PgStore : public Store, public KeyRecordStore, public SpecStore, public ControlStore {
  public:
   /// Connects, checks the server and applies pending migrations.
   /// kInvalidArgument: bad options. kUnavailable: the server cannot be reached.
@@ -182,6 +183,7 @@ class PgStore : public Store, public KeyRecordStore, public SpecStore {
 
   KeyRecordStore* KeyRecords() override { return this; }
   SpecStore* Specs() override { return this; }
+  ControlStore* Controls() override { return this; }
 
   // Server state (storage/server_state.h): each write is one READ COMMITTED
   // transaction; a claim INSERTs ... ON CONFLICT DO NOTHING and, when the key
@@ -199,6 +201,13 @@ class PgStore : public Store, public KeyRecordStore, public SpecStore {
   Result<SpecPutOutcome> PutSpec(const StoredSpec& spec) override;
   Result<StoredSpec> GetSpec(const std::string& name, int version) override;
   Result<std::vector<StoredSpec>> ListSpecs() override;
+
+  // Control requests (storage/control_store.h): each write is one
+  // transaction with its journal entry; reads run on their own.
+  Result<ControlOutcome> RequestControl(const ControlRequest& request) override;
+  Result<std::optional<ControlRequest>> PendingControl(const std::string& saga_id) override;
+  Status SettleControl(const std::string& saga_id, const std::string& request_id) override;
+  Result<std::vector<ControlRequest>> ListControls(int limit) override;
 
   /// A snapshot of the recovery and Commit counters.
   PgStats Stats() const;

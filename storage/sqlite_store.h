@@ -59,6 +59,7 @@
 #include <string>
 #include <vector>
 
+#include "storage/control_store.h"
 #include "storage/group_commit.h"
 #include "storage/server_state.h"
 #include "storage/store.h"
@@ -108,7 +109,7 @@ struct SqliteSettings {
   int busy_timeout_ms = 0;
 };
 
-class SqliteStore : public Store, public KeyRecordStore, public SpecStore {
+class SqliteStore : public Store, public KeyRecordStore, public SpecStore, public ControlStore {
  public:
   /// Opens (creating if needed) the database at `options.path`, checks that it
   /// runs in WAL mode and applies pending migrations.
@@ -145,6 +146,7 @@ class SqliteStore : public Store, public KeyRecordStore, public SpecStore {
 
   KeyRecordStore* KeyRecords() override { return this; }
   SpecStore* Specs() override { return this; }
+  ControlStore* Controls() override { return this; }
 
   // Server state (storage/server_state.h; storage/sqlite_server_state.cc):
   // each call is one transaction on the write connection (a claim and a put
@@ -160,6 +162,13 @@ class SqliteStore : public Store, public KeyRecordStore, public SpecStore {
   Result<SpecPutOutcome> PutSpec(const StoredSpec& spec) override;
   Result<StoredSpec> GetSpec(const std::string& name, int version) override;
   Result<std::vector<StoredSpec>> ListSpecs() override;
+
+  // Control requests (storage/control_store.h): each write is one
+  // transaction with its journal entry; reads run on their own.
+  Result<ControlOutcome> RequestControl(const ControlRequest& request) override;
+  Result<std::optional<ControlRequest>> PendingControl(const std::string& saga_id) override;
+  Status SettleControl(const std::string& saga_id, const std::string& request_id) override;
+  Result<std::vector<ControlRequest>> ListControls(int limit) override;
 
   /// A snapshot of the Commit counters.
   SqliteStats Stats() const;

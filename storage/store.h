@@ -33,6 +33,7 @@ class Clock;  // common/clock.h
 
 namespace idem::storage {
 
+class ControlStore;    // storage/control_store.h
 class KeyRecordStore;  // storage/server_state.h
 class SpecStore;       // storage/server_state.h
 
@@ -229,6 +230,10 @@ class Store {
   /// The spec registry's table in this store's database; nullptr for a
   /// store without it. Owned by the store.
   virtual SpecStore* Specs() { return nullptr; }
+
+  /// The saga control requests (cancel, pause, resume) in this store's
+  /// database; nullptr for a store without them. Owned by the store.
+  virtual ControlStore* Controls() { return nullptr; }
 };
 
 /// Opens a store from a locator: a file path or "sqlite:PATH" for SQLite;

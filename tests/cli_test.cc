@@ -234,6 +234,66 @@ TEST_F(CliTest, ApproveAnswersAtOnceWhileAServerDrivesTheJournal) {
   EXPECT_EQ(later.code, cli::kExitOk) << later.Describe();
 }
 
+// ---- durable requests: cancel, pause, resume
+
+TEST_F(CliTest, CancelPauseResumeAreDurableRequestsThatNeedNoDriverLock) {
+  ASSERT_FALSE(RunToApproval().empty());
+  auto last_saga = [&] {
+    Proc list = Run({"list", "--json", "--db", db_});
+    Json sagas = Json::parse(list.stdout_text, nullptr, false);
+    return sagas.is_array() && !sagas.empty() ? sagas.front().value("saga_id", "") : "";
+  };
+  const std::string id = last_saga();
+  ASSERT_FALSE(id.empty());
+  // Pause refuses a saga waiting for a person (usage), with the place.
+  Proc pause = Run({"pause", id, "--as", "ops", "--db", db_});
+  EXPECT_EQ(pause.code, cli::kExitUsage) << pause.Describe();
+  EXPECT_NE(pause.stderr_text.find("saga " + id + " is awaiting_approval"), std::string::npos)
+      << pause.Describe();
+  Proc nobody = Run({"cancel", id, "--db", db_});
+  EXPECT_EQ(nobody.code, cli::kExitUsage) << "--as is required: " << nobody.Describe();
+  Proc absent = Run({"cancel", "sg_absent", "--as", "ops", "--db", db_});
+  EXPECT_EQ(absent.code, cli::kExitNotFound) << absent.Describe();
+  // Nobody else drives the journal: the cancel is carried out here.
+  Proc cancel = Run({"cancel", id, "--as", "ops", "--reason", "trip called off", "--db", db_});
+  EXPECT_EQ(cancel.code, cli::kExitRolledBack) << cancel.Describe();
+  EXPECT_NE(cancel.stdout_text.find("cancel: cancelled: the saga is compensated"),
+            std::string::npos)
+      << cancel.Describe();
+  Proc twice = Run({"cancel", id, "--as", "ops", "--db", db_});
+  EXPECT_EQ(twice.code, cli::kExitRolledBack) << twice.Describe();
+  EXPECT_NE(twice.stdout_text.find("the cancel was carried out"), std::string::npos)
+      << twice.Describe();
+  Proc resume = Run({"resume", id, "--as", "ops", "--db", db_});
+  EXPECT_EQ(resume.code, cli::kExitUsage) << resume.Describe();
+  EXPECT_NE(resume.stderr_text.find("a finished saga cannot be resumed"), std::string::npos)
+      << resume.Describe();
+
+  // While `serve` drives the journal, the request is written anyway (it is a
+  // store write) and the server carries it out; the CLI answers at once.
+  ASSERT_FALSE(RunToApproval().empty());
+  const std::string second = last_saga();
+  ASSERT_NE(second, id);
+  Proc serve;
+  ASSERT_GT(Serve(&serve, {"--insecure-no-auth"}), 0);
+  auto t0 = std::chrono::steady_clock::now();
+  Proc recorded = Run({"cancel", second, "--as", "ops", "--db", db_});
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(2));
+  EXPECT_EQ(recorded.code, cli::kExitOk) << recorded.Describe();
+  EXPECT_NE(recorded.stdout_text.find("pid " + std::to_string(serve.pid) +
+                                      " (`serve`) drives this journal"),
+            std::string::npos)
+      << recorded.Describe();
+  std::string state;
+  for (int i = 0; i < 300 && state != "compensated"; ++i) {
+    Proc st = Run({"status", second, "--json", "--db", db_});
+    state = Json::parse(st.stdout_text, nullptr, false).value("state", "");
+    if (state != "compensated") std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_EQ(state, "compensated") << "the server honoured the request";
+  Stop(&serve);
+}
+
 // ---- structured logs
 
 // The values that must never reach a log: commit tokens, the signing keys,

@@ -66,14 +66,21 @@ INSTANTIATE_TEST_SUITE_P(
             {C::kUndoNextStep},
             kRollingBack},
         Row{S::kRunning, E::kStepAwaitingApproval, S::kAwaitingApproval, {C::kRecordWaiting}},
-        Row{S::kAwaitingApproval, E::kApprovalSettled, S::kRunning, {C::kRunNextStep}}),
+        Row{S::kAwaitingApproval, E::kApprovalSettled, S::kRunning, {C::kRunNextStep}},
+        Row{S::kPending, E::kPauseRequested, S::kPaused, {C::kRecordParked}},
+        Row{S::kRunning, E::kPauseRequested, S::kPaused, {C::kRecordParked}},
+        Row{S::kCompensating, E::kPauseRequested, S::kPaused, {C::kRecordParked}},
+        Row{S::kPaused, E::kResumed, S::kRunning, {C::kRunNextStep}},
+        Row{S::kPaused, E::kResumed, S::kCompensating, {C::kUndoNextStep}, kRollingBack},
+        Row{S::kPaused, E::kCancelRequested, S::kCompensating, {C::kUndoNextStep}, kEffectsToUndo},
+        Row{S::kPaused, E::kCancelRequested, S::kCancelled, {C::kRecordTerminal}}),
     [](const auto& info) {
       return std::string(SagaStateName(info.param.from)) + "_" + SagaEventName(info.param.event) +
              FactsSuffix(info.param.facts);
     });
 
 TEST(SagaMachineTest, RestoresEveryState) {
-  for (int i = 0; i <= static_cast<int>(S::kNeedsAttention); ++i) {
+  for (int i = 0; i <= static_cast<int>(S::kPaused); ++i) {
     SagaMachine m(static_cast<S>(i));
     EXPECT_EQ(m.state(), static_cast<S>(i)) << SagaStateName(static_cast<S>(i));
   }
@@ -108,7 +115,13 @@ INSTANTIATE_TEST_SUITE_P(
         Refusal{S::kAwaitingApproval, E::kStepCompleted}, Refusal{S::kPending, E::kApprovalSettled},
         // Facts choose among a state's rows; they never open a row elsewhere.
         Refusal{S::kRunning, E::kUndoCompleted, kMoreSteps},
-        Refusal{S::kRunning, E::kOperatorResumed, kRollingBack}),
+        Refusal{S::kRunning, E::kOperatorResumed, kRollingBack},
+        // Pause and resume: only a saga a drive would move pauses; only a
+        // paused one resumes; a paused one does not start.
+        Refusal{S::kSucceeded, E::kPauseRequested}, Refusal{S::kNeedsAttention, E::kPauseRequested},
+        Refusal{S::kAwaitingApproval, E::kPauseRequested}, Refusal{S::kRunning, E::kResumed},
+        Refusal{S::kPaused, E::kStarted}, Refusal{S::kPaused, E::kPauseRequested},
+        Refusal{S::kCompensated, E::kCancelRequested}),
     [](const auto& info) {
       return std::string(SagaStateName(info.param.from)) + "_" + SagaEventName(info.param.event) +
              FactsSuffix(info.param.facts);

@@ -187,6 +187,7 @@ std::unique_ptr<Tool> MakeTool(const std::string& name, std::shared_ptr<Ledger> 
 const char* kAgent1 = "token-agent-1";
 const char* kAgent2 = "token-agent-2";
 const char* kApprover = "token-approver-1";
+const char* kOperator = "token-operator-1";
 
 Json OneStepSpec() {
   return {{"name", "trip"},
@@ -219,6 +220,14 @@ class ServerTest : public ::testing::Test {
       ASSERT_TRUE(tools_.Register(MakeTool(n, ledger_, false)).ok());
     }
     ASSERT_TRUE(tools_.Register(MakeTool("pay.charge", ledger_, true)).ok());
+    // No keys, no status, no answer: parks its saga needs_attention.
+    ToolInfo lost;
+    lost.name = "lost.do";
+    lost.effect = EffectClass::kWrite;
+    ASSERT_TRUE(tools_
+                    .Register(std::make_unique<FunctionTool>(
+                        lost, [](const ToolCall&) { return ToolOutcome::Unknown("timed out"); }))
+                    .ok());
     // A step that takes until the test releases it (at most 10 s).
     ToolInfo slow;
     slow.name = "slow.do";
@@ -249,7 +258,8 @@ class ServerTest : public ::testing::Test {
     o.port = 0;
     o.principals = {{"agent-1", Sha256Hex(kAgent1), {"agent"}},
                     {"agent-2", Sha256Hex(kAgent2), {"agent"}},
-                    {"approver-1", Sha256Hex(kApprover), {"approver"}}};
+                    {"approver-1", Sha256Hex(kApprover), {"approver"}},
+                    {"ops-1", Sha256Hex(kOperator), {"operator"}}};
     o.workers = 2;
     o.sweep_ms = 200;
     o.state_path = dir_.File("server.db");
@@ -619,6 +629,94 @@ TEST_F(ServerTest, AuthenticationAndRoles) {
   auto approvals = Get("/v1/approvals", kAgent2);
   api_.Check("get", "/v1/approvals", approvals);
   EXPECT_EQ(approvals->status, 403);
+}
+
+TEST_F(ServerTest, OperatorPausesResumesCancelsAndResolvesWithRoles) {
+  Json spec = {{"name", "slow"},
+               {"steps",
+                {{{"id", "first"}, {"tool", "slow.do"}, {"compensate", {{"tool", "a.undo"}}}},
+                 {{"id", "second"}, {"tool", "a.do"}, {"compensate", {{"tool", "a.undo"}}}}}}};
+  auto r = Post("/v1/sagas", {{"spec", spec}, {"input", Json::object()}}, kAgent1, "op-1");
+  Json saga = api_.Check("post", "/v1/sagas", r);
+  ASSERT_EQ(r->status, 201) << r->body;
+  const std::string id = saga["saga_id"];
+  for (int i = 0; i < 500; ++i) {
+    Json s = Json::parse(Get("/v1/sagas/" + id, kAgent1)->body);
+    if (s["steps"][0]["state"] == "submitted") break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  const std::string pause = "/v1/sagas/" + id + "/pause";
+  // Roles: pause, resume and resolve are the operator's; anonymous is refused.
+  for (const char* token : {kAgent1, kApprover}) {
+    auto refused = PostRaw(pause, "", token);
+    api_.Check("post", "/v1/sagas/{id}/pause", refused);
+    EXPECT_EQ(refused->status, 403) << refused->body;
+  }
+  auto anonymous = PostRaw(pause, "", nullptr);
+  api_.Check("post", "/v1/sagas/{id}/pause", anonymous);
+  EXPECT_EQ(anonymous->status, 401);
+  // A body-less POST: recorded, the driver stops after the step in progress.
+  auto paused = PostRaw(pause, "", kOperator);
+  Json pv = api_.Check("post", "/v1/sagas/{id}/pause", paused);
+  ASSERT_EQ(paused->status, 202) << paused->body;
+  EXPECT_TRUE(pv["control"]["recorded"].get<bool>());
+  release_->store(true);
+  Json p = WaitFor(id, "paused");
+  EXPECT_EQ(p["steps"][0]["state"], "succeeded");
+  EXPECT_EQ(p["steps"][1]["state"], "planned");
+  EXPECT_EQ(p["reason"], "paused by ops-1");
+  // Pausing again is a no-op answer; the saga stays put (no sweeper moves it).
+  auto again = Post(pause, {{"reason", "still"}}, kOperator);
+  Json av = api_.Check("post", "/v1/sagas/{id}/pause", again);
+  EXPECT_EQ(again->status, 200) << again->body;
+  EXPECT_FALSE(av["control"]["recorded"].get<bool>());
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));  // > sweep_ms
+  EXPECT_EQ(Json::parse(Get("/v1/sagas/" + id, kAgent1)->body)["state"], "paused");
+  auto resumed = Post("/v1/sagas/" + id + "/resume", {{"reason", "maintenance over"}}, kOperator);
+  api_.Check("post", "/v1/sagas/{id}/resume", resumed);
+  EXPECT_EQ(resumed->status, 202) << resumed->body;
+  Json done = WaitFor(id, "succeeded");
+  EXPECT_EQ(ledger_->Count(done["steps"][1]["key"].get<std::string>()), 1);
+  // A finished saga cannot be cancelled: 409.
+  auto late = Post("/v1/sagas/" + id + "/cancel", Json::object(), kOperator);
+  api_.Check("post", "/v1/sagas/{id}/cancel", late);
+  EXPECT_EQ(late->status, 409) << late->body;
+
+  // An operator cancels another caller's saga that needs attention: the
+  // cancel waits for the resolve, which then rolls it back.
+  Json lost = {{"name", "lost"},
+               {"steps",
+                {{{"id", "book"}, {"tool", "a.do"}, {"compensate", {{"tool", "a.undo"}}}},
+                 {{"id", "charge"}, {"tool", "lost.do"}, {"compensate", {{"tool", "a.undo"}}}}}}};
+  r = Post("/v1/sagas", {{"spec", lost}, {"input", Json::object()}}, kAgent1, "op-2");
+  ASSERT_EQ(r->status, 201) << r->body;
+  const std::string parked = Json::parse(r->body)["saga_id"];
+  WaitFor(parked, "needs_attention");
+  auto cancel = PostRaw("/v1/sagas/" + parked + "/cancel", "", kOperator);
+  Json cv = api_.Check("post", "/v1/sagas/{id}/cancel", cancel);
+  ASSERT_EQ(cancel->status, 202) << cancel->body;
+  EXPECT_NE(cv["control"]["note"].get<std::string>().find("resolves step charge"),
+            std::string::npos);
+  const std::string resolve = "/v1/sagas/" + parked + "/resolve";
+  auto by_agent = Post(resolve, {{"step", "charge"}, {"decision", "applied"}}, kAgent1);
+  api_.Check("post", "/v1/sagas/{id}/resolve", by_agent);
+  EXPECT_EQ(by_agent->status, 403);
+  auto bad = Post(resolve, {{"step", "charge"}, {"decision", "maybe"}}, kOperator);
+  api_.Check("post", "/v1/sagas/{id}/resolve", bad);
+  EXPECT_EQ(bad->status, 400) << bad->body;
+  auto wrong_step = Post(resolve, {{"step", "book"}, {"decision", "applied"}}, kOperator);
+  api_.Check("post", "/v1/sagas/{id}/resolve", wrong_step);
+  EXPECT_EQ(wrong_step->status, 409) << wrong_step->body;
+  auto ok = Post(resolve,
+                 {{"step", "charge"},
+                  {"decision", "applied"},
+                  {"result", {{"ref", "found"}}},
+                  {"note", "the provider says it went through"}},
+                 kOperator);
+  Json rv = api_.Check("post", "/v1/sagas/{id}/resolve", ok);
+  ASSERT_EQ(ok->status, 200) << ok->body;
+  EXPECT_EQ(rv["state"], "compensated") << "the pending cancel rolled it back";
+  EXPECT_EQ(rv["steps"][1]["state"], "compensated");
 }
 
 TEST_F(ServerTest, HostileInputIsRefusedAndTheServerKeepsServing) {

@@ -29,6 +29,7 @@
 
 #include <gtest/gtest.h>
 
+#include "storage/control_store.h"
 #include "storage/server_state.h"
 #include "storage/store.h"
 #include "tests/test_util.h"
@@ -1486,6 +1487,147 @@ TYPED_TEST_P(StoreConformanceTest, ConcurrentPutsOfOneSpecVersionHaveOneWinner) 
   EXPECT_EQ(4, conflicts.load());
 }
 
+inline ControlRequest MakeControl(const std::string& saga_id, const std::string& kind,
+                                  const std::string& request_id, int64_t at_ms) {
+  ControlRequest r;
+  r.saga_id = saga_id;
+  r.request_id = request_id;
+  r.kind = kind;
+  r.by = "ops";
+  r.reason = "reason of " + request_id;
+  r.requested_ms = at_ms;
+  return r;
+}
+
+TYPED_TEST_P(StoreConformanceTest, ControlRequestsFollowOneRuleAndSurviveReopen) {
+  ASSERT_NE(this->store().Controls(), nullptr);
+  STORE_ASSERT_OK(this->store().CreateIntent(MakeSaga("saga-1", "intent-1")));
+  STORE_ASSERT_OK(this->store().CreateIntent(MakeSaga("saga-2", "intent-2")));
+  ControlStore* c = this->store().Controls();
+  Result<std::optional<ControlRequest>> none = c->PendingControl("saga-1");
+  STORE_ASSERT_OK(none);
+  EXPECT_FALSE(none->has_value());
+
+  // pause, then pause again: one request, one journal entry.
+  Result<ControlOutcome> pause = c->RequestControl(MakeControl("saga-1", "pause", "rq-1", 2000));
+  STORE_ASSERT_OK(pause);
+  EXPECT_TRUE(pause->recorded);
+  Result<ControlOutcome> again = c->RequestControl(MakeControl("saga-1", "pause", "rq-2", 2001));
+  STORE_ASSERT_OK(again);
+  EXPECT_FALSE(again->recorded);
+  EXPECT_EQ("rq-1", again->pending.request_id);
+  // resume replaces the pending pause; cancel replaces the resume; nothing
+  // replaces a cancel.
+  Result<ControlOutcome> resume = c->RequestControl(MakeControl("saga-1", "resume", "rq-3", 2002));
+  STORE_ASSERT_OK(resume);
+  EXPECT_TRUE(resume->recorded);
+  Result<ControlOutcome> cancel = c->RequestControl(MakeControl("saga-1", "cancel", "rq-4", 2003));
+  STORE_ASSERT_OK(cancel);
+  EXPECT_TRUE(cancel->recorded);
+  for (const char* kind : {"pause", "resume", "cancel"}) {
+    Result<ControlOutcome> late = c->RequestControl(MakeControl("saga-1", kind, "rq-5", 2004));
+    STORE_ASSERT_OK(late);
+    EXPECT_FALSE(late->recorded) << kind;
+    EXPECT_EQ("cancel", late->pending.kind);
+    EXPECT_EQ("rq-4", late->pending.request_id);
+  }
+  STORE_ASSERT_OK(c->RequestControl(MakeControl("saga-2", "pause", "rq-6", 1500)));
+
+  ASSERT_NO_FATAL_FAILURE(this->Reopen());
+  c = this->store().Controls();
+  Result<std::optional<ControlRequest>> pending = c->PendingControl("saga-1");
+  STORE_ASSERT_OK(pending);
+  ASSERT_TRUE(pending->has_value());
+  EXPECT_EQ("saga-1", (*pending)->saga_id);
+  EXPECT_EQ("rq-4", (*pending)->request_id);
+  EXPECT_EQ("cancel", (*pending)->kind);
+  EXPECT_EQ("ops", (*pending)->by);
+  EXPECT_EQ("reason of rq-4", (*pending)->reason);
+  EXPECT_EQ(2003, (*pending)->requested_ms);
+  Result<std::vector<ControlRequest>> all = c->ListControls(10);
+  STORE_ASSERT_OK(all);
+  ASSERT_EQ(2u, all->size());
+  EXPECT_EQ("saga-2", (*all)[0].saga_id) << "oldest first";
+  EXPECT_EQ("saga-1", (*all)[1].saga_id);
+  Result<std::vector<ControlRequest>> one = c->ListControls(1);
+  STORE_ASSERT_OK(one);
+  EXPECT_EQ(1u, one->size());
+  EXPECT_EQ(Code::kInvalidArgument, c->ListControls(0).status().code());
+
+  // The journal holds every recorded request, in order, and no other.
+  Result<std::vector<JournalEntry>> journal = this->store().ReadJournal("saga-1");
+  STORE_ASSERT_OK(journal);
+  std::vector<std::string> events;
+  for (const JournalEntry& e : *journal) events.push_back(e.event);
+  EXPECT_EQ((std::vector<std::string>{"saga_created", "pause_requested", "resume_requested",
+                                      "cancel_requested"}),
+            events);
+  EXPECT_EQ((Json{{"by", "ops"}, {"reason", "reason of rq-4"}, {"request", "rq-4"}}),
+            journal->back().data);
+  EXPECT_EQ(2003, journal->back().at_ms);
+
+  // Settling another (older) request id leaves the pending one; its own id
+  // removes it, and settling again is OK.
+  STORE_EXPECT_OK(c->SettleControl("saga-1", "rq-3"));
+  EXPECT_TRUE(c->PendingControl("saga-1")->has_value());
+  STORE_EXPECT_OK(c->SettleControl("saga-1", "rq-4"));
+  EXPECT_FALSE(c->PendingControl("saga-1")->has_value());
+  STORE_EXPECT_OK(c->SettleControl("saga-1", "rq-4"));
+  // After a settle, a new request of any kind is recorded.
+  Result<ControlOutcome> next = c->RequestControl(MakeControl("saga-1", "pause", "rq-7", 3000));
+  STORE_ASSERT_OK(next);
+  EXPECT_TRUE(next->recorded);
+}
+
+TYPED_TEST_P(StoreConformanceTest, ControlRequestsAreCheckedAndNeedTheSaga) {
+  ControlStore* c = this->store().Controls();
+  ASSERT_NE(c, nullptr);
+  EXPECT_EQ(Code::kNotFound,
+            c->RequestControl(MakeControl("absent", "cancel", "rq-1", 1)).status().code());
+  STORE_ASSERT_OK(this->store().CreateIntent(MakeSaga("saga-1", "intent-1")));
+  Result<ControlOutcome> bad = c->RequestControl(MakeControl("saga-1", "stop", "rq-1", 1));
+  EXPECT_EQ(Code::kInvalidArgument, bad.status().code());
+  EXPECT_NE(std::string::npos, bad.status().message().find("kind \"stop\""))
+      << bad.status().message();
+  ControlRequest nobody = MakeControl("saga-1", "cancel", "rq-1", 1);
+  nobody.by.clear();
+  EXPECT_EQ(Code::kInvalidArgument, c->RequestControl(nobody).status().code());
+  EXPECT_FALSE(c->PendingControl("saga-1")->has_value()) << "nothing written";
+  EXPECT_EQ(1u, this->store().ReadJournal("saga-1")->size());
+}
+
+TYPED_TEST_P(StoreConformanceTest, ConcurrentCancelsFromTwoConnectionsRecordOne) {
+  Result<std::unique_ptr<Store>> second = this->factory_.Open();
+  STORE_ASSERT_OK(second);
+  ASSERT_NE((*second)->Controls(), nullptr);
+  STORE_ASSERT_OK(this->store().CreateIntent(MakeSaga("saga-1", "intent-1")));
+  ControlStore* sides[2] = {this->store().Controls(), (*second)->Controls()};
+  std::atomic<int> recorded{0};
+  std::atomic<int> answered{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&, t] {
+      for (int attempt = 0; attempt < 50; ++attempt) {
+        Result<ControlOutcome> r = sides[t % 2]->RequestControl(
+            MakeControl("saga-1", "cancel", "rq-" + std::to_string(t), 1000 + t));
+        if (!r.ok() &&
+            (r.status().code() == Code::kUnavailable || r.status().code() == Code::kAborted)) {
+          SleepMs(5);
+          continue;
+        }
+        if (r.ok()) ++(r->recorded ? recorded : answered);
+        return;
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(1, recorded.load());
+  EXPECT_EQ(7, answered.load());
+  Result<std::vector<JournalEntry>> journal = this->store().ReadJournal("saga-1");
+  STORE_ASSERT_OK(journal);
+  EXPECT_EQ(2u, journal->size()) << "saga_created and one cancel_requested";
+}
+
 REGISTER_TYPED_TEST_SUITE_P(
     StoreConformanceTest, CreateIntentCreatesSaga,
     SameKeySameFingerprintReturnsExistingAndWritesNothing,
@@ -1504,6 +1646,8 @@ REGISTER_TYPED_TEST_SUITE_P(
     StoredResponseIsReplayedAndSurvivesReopen, ReleasedKeyIsClaimableAgain,
     AbandonedClaimIsTakenOverAndTheOldHolderIsFenced, ExpiredKeyStartsANewRequestAndIsPurged,
     ConcurrentClaimsOfOneKeyFromTwoConnectionsHaveOneWinner,
-    SpecVersionsAreStoredOnceAndNeverChange, ConcurrentPutsOfOneSpecVersionHaveOneWinner);
+    SpecVersionsAreStoredOnceAndNeverChange, ConcurrentPutsOfOneSpecVersionHaveOneWinner,
+    ControlRequestsFollowOneRuleAndSurviveReopen, ControlRequestsAreCheckedAndNeedTheSaga,
+    ConcurrentCancelsFromTwoConnectionsRecordOne);
 
 }  // namespace idem::storage::conformance

@@ -12,9 +12,11 @@
 #     stored response (Idempotent-Replayed, the same saga) and no second saga
 #     is recorded;
 #   - the same key with another payload on B is 422 idempotency-key-reused;
-#   - a spec registered on A (PUT /v1/specs/NAME) is submitted by name on B.
-# (Cancelling on B a saga A drives waits for durable cancel: not checked here.)
-# The tools point at a port nobody listens on: the sagas need not succeed.
+#   - a spec registered on A (PUT /v1/specs/NAME) is submitted by name on B;
+#   - a cancel sent to B of a saga A drives (its first call held by a slow
+#     provider) is honoured by A: the call finishes, then A rolls back.
+# The travel tools point at a port nobody listens on: those sagas need not
+# succeed. The servers keep their commit-token keys in the work folder.
 set -euo pipefail
 
 [[ $# -eq 3 ]] || {
@@ -82,10 +84,46 @@ DEAD=$(free_port)
 sed "s#http://127.0.0.1:8091#http://127.0.0.1:$DEAD#" \
   "$ROOT/examples/travel_booking/tools.http.json" >"$WORK/tools.json"
 
+# A slow provider for the cancel check: POST /slow answers after 4 s (and
+# leaves a file when a call arrives), POST /undo at once.
+SLOW_PORT=$(free_port)
+python3 - "$SLOW_PORT" "$WORK" <<'PY' >"$WORK/slow.log" 2>&1 &
+import http.server, json, os, sys, time
+port, work = int(sys.argv[1]), sys.argv[2]
+class H(http.server.BaseHTTPRequestHandler):
+    def do_POST(self):
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        if self.path == "/slow":
+            open(os.path.join(work, "slow.entered"), "a").write("x")
+            time.sleep(4)
+        body = json.dumps({"ok": True, "path": self.path}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+        open(os.path.join(work, "calls"), "a").write(self.path + "\n")
+http.server.ThreadingHTTPServer(("127.0.0.1", port), H).serve_forever()
+PY
+PIDS+=($!)
+python3 - "$WORK/tools.json" "$SLOW_PORT" <<'PY'
+import json, sys
+path, port = sys.argv[1], sys.argv[2]
+doc = json.load(open(path))
+base = "http://127.0.0.1:" + port
+doc["tools"] += [
+    {"name": "slow.do", "effect": "write", "honours_keys": True, "base_url": base,
+     "commit": {"method": "POST", "path": "/slow"}, "timeout_ms": 10000},
+    {"name": "slow.undo", "effect": "idempotent", "honours_keys": True, "base_url": base,
+     "commit": {"method": "POST", "path": "/undo"}, "timeout_ms": 10000}]
+json.dump(doc, open(path, "w"))
+PY
+
 serve() {  # serve NAME PORT
-  "$IDEM" --store "$URL" serve --listen "127.0.0.1:$2" --insecure-no-auth \
-    --tools "$WORK/tools.json" --workers 2 >"$WORK/$1.log" 2>&1 &
+  "$IDEM" --store "$URL" --keys "$WORK/keys.json" serve --listen "127.0.0.1:$2" \
+    --insecure-no-auth --tools "$WORK/tools.json" --workers 2 >"$WORK/$1.log" 2>&1 &
   PIDS+=($!)
+  eval "PID_$1=$!"
 }
 PORT_A=$(free_port)
 PORT_B=$(free_port)
@@ -139,4 +177,37 @@ code=$(post "$B" trip-by-name "$BYNAME")
 [[ "$(json saga_id)" != "$SAGA" ]] || fail "the by-name submission reused the first saga"
 [[ "$(q 'SELECT count(*) FROM sagas')" == 2 ]] || fail "the by-name saga was not recorded"
 echo "ok: the spec registered on A was submitted by name on B"
+
+# ---- 4. A cancel sent to B of a saga that A drives: A honours it.
+# B stops, so that A takes the saga up; B comes back while A's first call is
+# held by the slow provider, and the cancel goes to B.
+kill "$PID_b"
+wait "$PID_b" 2>/dev/null || true
+SLOW='{"spec": {"name": "slow", "steps": [
+  {"id": "first", "tool": "slow.do", "compensate": {"tool": "slow.undo"}},
+  {"id": "second", "tool": "slow.do", "compensate": {"tool": "slow.undo"}}]}, "input": {}}'
+code=$(post "$A" slow-1 "$SLOW")
+[[ "$code" == 201 ]] || fail "A answered $code to the slow saga: $(cat "$WORK/body")"
+SLOW_SAGA=$(json saga_id)
+for _ in $(seq 1 100); do [[ -f "$WORK/slow.entered" ]] && break; sleep 0.1; done
+[[ -f "$WORK/slow.entered" ]] || fail "A never called the slow provider"
+serve b "$PORT_B"
+wait_http "http://127.0.0.1:$PORT_B/readyz"
+# Body-less (cpp-httplib needs the Content-Length; the new HTTP front not).
+code=$(curl -sS -o "$WORK/body" -w '%{http_code}' -X POST -H "Content-Length: 0" \
+  "$B/sagas/$SLOW_SAGA/cancel")
+[[ "$code" == 202 ]] || fail "the cancel on B answered $code, not 202: $(cat "$WORK/body")"
+[[ "$(q "SELECT kind FROM saga_controls WHERE saga_id = '$SLOW_SAGA'")" == cancel ]] ||
+  fail "the cancel is not recorded in the store"
+for _ in $(seq 1 150); do
+  [[ "$(q "SELECT state FROM sagas WHERE saga_id = '$SLOW_SAGA'")" == compensated ]] && break
+  sleep 0.1
+done
+[[ "$(q "SELECT state FROM sagas WHERE saga_id = '$SLOW_SAGA'")" == compensated ]] ||
+  fail "the saga did not roll back: $(q "SELECT state, reason FROM sagas WHERE saga_id = '$SLOW_SAGA'")"
+[[ "$(q "SELECT state FROM steps WHERE saga_id = '$SLOW_SAGA' ORDER BY idx" | tr '\n' ' ')" == "compensated planned " ]] ||
+  fail "steps: $(q "SELECT step_id, state FROM steps WHERE saga_id = '$SLOW_SAGA' ORDER BY idx")"
+[[ "$(grep -c '^/slow$' "$WORK/calls")" == 1 ]] || fail "the second step was called"
+[[ "$(q "SELECT count(*) FROM saga_controls")" == 0 ]] || fail "the cancel was not settled"
+echo "ok: the cancel sent to B was honoured by A (saga $SLOW_SAGA rolled back)"
 echo "PASS"

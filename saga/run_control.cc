@@ -1,0 +1,35 @@
+// SagaRun's view of the saga's durable control requests
+// (storage/control_store.h): what the drive asks before it starts and
+// between steps (saga/drive.cc, TakeControl).
+
+#include <string>
+
+#include "saga/run.h"
+#include "saga/states.h"
+
+namespace idem {
+
+Result<std::optional<storage::ControlRequest>> SagaRun::PendingControl() const {
+  storage::ControlStore* controls = store_->Controls();
+  if (controls == nullptr) return std::optional<storage::ControlRequest>();
+  return controls->PendingControl(saga_id());
+}
+
+Status SagaRun::SettleControl(const std::string& request_id) const {
+  storage::ControlStore* controls = store_->Controls();
+  return controls == nullptr ? Status::Ok() : controls->SettleControl(saga_id(), request_id);
+}
+
+Result<bool> SagaRun::PausedWhileRollingBack() const {
+  auto journal = store_->ReadJournal(saga_id());
+  if (!journal.ok()) return journal.status();
+  for (auto it = journal->rbegin(); it != journal->rend(); ++it) {
+    if (it->step_id.empty() && it->event == "saga_paused") {
+      return it->data.is_object() &&
+             it->data.value("from", "") == SagaStateName(SagaState::kCompensating);
+    }
+  }
+  return false;
+}
+
+}  // namespace idem
