@@ -759,7 +759,8 @@ int RunCli(int argc, char** argv, const FrontendConfig& config) {
       "found,\n"
       "            7 waiting for approval, 8 busy: the journal is driven by another process,\n"
       "            or the saga or store is busy (try again), 9 commit token expired,\n"
-      "            10 commit already decided, 11 the journal went back in time");
+      "            10 commit already decided, 11 the journal went back in time,\n"
+      "            12 keys retire refused: pending commits still need the key");
 
   try {
     app.parse(argc, argv);
