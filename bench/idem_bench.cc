@@ -188,7 +188,9 @@ Load ClosedLoop(int threads, double warm_s, double dur_s, const Op& op,
 // ---- SQLite anchor -----------------------------------------------------------------
 
 void RemoveDb(const std::string& path) {
-  for (const char* suffix : {"", "-wal", "-shm", "-journal"}) fs::remove(path + suffix);
+  for (const char* suffix : {"", "-wal", "-shm", "-journal", ".hwm", ".hwm.log"}) {
+    fs::remove(path + suffix);
+  }
 }
 
 void SqlExec(sqlite3* db, const char* sql) {

@@ -8,16 +8,21 @@
 #include <map>
 #include <mutex>
 #include <sstream>
+#include <string_view>
 #include <utility>
 #include <vector>
 
 #include "cli/driver_lock.h"
+#include "cli/journal.h"
+#include "cli/keys_retire.h"
 #include "preview_commit/token.h"
+#include "preview_commit/two_phase.h"
 #include "saga/engine.h"
 #include "saga/spec.h"
 #include "saga/states.h"
 #include "saga/views.h"
 #include "server/server.h"
+#include "storage/high_water_mark.h"
 #include "storage/store.h"
 #include "tools/http_tool.h"
 
@@ -37,8 +42,22 @@ Result<std::string> ReadFile(const std::string& path) {
   return ss.str();
 }
 
+bool StartsWith(const std::string& s, std::string_view prefix) {
+  return s.compare(0, prefix.size(), prefix) == 0;
+}
+
 int ExitFor(const Status& s) {
   switch (s.code()) {
+    case Code::kUnavailable:
+      return kExitBusy;  // "busy; try again": a lease or the store
+    case Code::kFailedPrecondition:
+      if (StartsWith(s.message(), storage::kJournalRegressionMessage)) return kExitJournalRegressed;
+      if (StartsWith(s.message(), kKeyInUseMessage)) return kExitKeyInUse;
+      if (StartsWith(s.message(), preview_commit::kExpiredTokenMessage)) return kExitTokenExpired;
+      if (StartsWith(s.message(), preview_commit::kAlreadyDecidedMessage)) {
+        return kExitAlreadyDecided;
+      }
+      return kExitInternal;
     case Code::kOk:
       return kExitOk;
     case Code::kInvalidArgument:
@@ -189,6 +208,8 @@ struct Options {
   std::string token;
   std::string keys_path;
   std::string keys_action;
+  std::string journal_action;
+  bool re_preview = false;
   std::string key_id;
   std::string owner;
   int64_t lease_ms = 30'000;
@@ -527,7 +548,9 @@ int CmdDecide(const Options& o, bool approve, const ToolRegistry& tools, storage
   return ExitForSagaState(rec->summary.state);
 }
 
-int CmdKeys(const Options& o, Keys* keys) {
+// `keys`; `retire` runs with the journal open (`store`, and `engine` for
+// --re-preview), the others without it.
+int CmdKeys(const Options& o, Keys* keys, storage::Store* store, Engine* engine) {
   auto signer = keys->Signer();
   if (!signer.ok()) return Fail(signer.status());
   preview_commit::KeyRing* ring = keys->ring();
@@ -536,9 +559,8 @@ int CmdKeys(const Options& o, Keys* keys) {
     if (!id.ok()) return Fail(id.status());
     std::printf("new active key %s\n", id->c_str());
   } else if (o.keys_action == "retire") {
-    Status s = ring->Retire(o.key_id);
+    Status s = RetireKey({o.key_id, o.re_preview, o.who}, ring, *signer, store, engine);
     if (!s.ok()) return Fail(s);
-    std::printf("retired %s: its tokens no longer verify\n", o.key_id.c_str());
   } else if (o.keys_action != "list") {
     return Fail(Status::InvalidArgument("keys: expected list, rotate or retire KEY"));
   }
@@ -781,6 +803,16 @@ int RunCli(int argc, char** argv, const FrontendConfig& config) {
       app.add_subcommand("keys", "commit-token signing keys: list, rotate, retire KEY");
   keys_cmd->add_option("ACTION", o.keys_action, "list | rotate | retire")->required();
   keys_cmd->add_option("KEY", o.key_id, "the key id to retire");
+  keys_cmd->add_flag("--re-preview", o.re_preview,
+                     "retire: preview again (and ask again) the pending commits whose tokens "
+                     "the key signed, with the active key");
+  keys_cmd->add_option("--as", o.who, "retire --re-preview: who asks again (journaled)");
+
+  auto* journal = app.add_subcommand(
+      "journal", "the journal's high-water mark: check, accept-regression --as NAME --reason TEXT");
+  journal->add_option("ACTION", o.journal_action, "check | accept-regression")->required();
+  journal->add_option("--as", o.who, "who accepts the regression (recorded)");
+  journal->add_option("--reason", o.note, "why (recorded)");
 
   auto* serve = app.add_subcommand(
       "serve", "serve the REST API (/v1) and drive sagas until SIGTERM (docs/server.md)");
@@ -834,7 +866,10 @@ int RunCli(int argc, char** argv, const FrontendConfig& config) {
       "exit codes: 0 ok/succeeded, 1 internal or store error, 2 bad usage or input,\n"
       "            3 rolled back or failed, 4 needs attention, 5 intent key conflict, 6 not "
       "found,\n"
-      "            7 waiting for approval, 8 the journal is driven by another process");
+      "            7 waiting for approval, 8 busy: the journal is driven by another process,\n"
+      "            or the saga or store is busy (try again), 9 commit token expired,\n"
+      "            10 commit already decided, 11 the journal went back in time,\n"
+      "            12 keys retire refused: pending commits still need the key");
 
   try {
     app.parse(argc, argv);
@@ -876,12 +911,13 @@ int RunCli(int argc, char** argv, const FrontendConfig& config) {
   g_store_locator = o.db;
   if (o.keys_path.empty()) o.keys_path = IsPostgres(o.db) ? "idem.keys.json" : o.db + ".keys.json";
   Keys keys(o.keys_path);
-  if (keys_cmd->parsed()) return CmdKeys(o, &keys);
+  const bool retire = keys_cmd->parsed() && o.keys_action == "retire";
+  if (keys_cmd->parsed() && !retire) return CmdKeys(o, &keys, nullptr, nullptr);
 
   bool drives = run->parsed() || recover->parsed() || resolve->parsed() || approve->parsed() ||
-                reject->parsed() || worker->parsed() || serve->parsed();
+                reject->parsed() || worker->parsed() || serve->parsed() || (retire && o.re_preview);
   const preview_commit::TokenSigner* signer = nullptr;
-  if (drives) {
+  if (drives || retire) {
     auto sg = keys.Signer();
     if (!sg.ok()) return Fail(sg.status());
     signer = *sg;
@@ -889,7 +925,7 @@ int RunCli(int argc, char** argv, const FrontendConfig& config) {
   DriverLock lock;
   // The embedded journal has one driving process at a time; PostgreSQL
   // shares the work between processes with leases instead.
-  if (drives && !IsPostgres(o.db)) {
+  if ((drives || journal->parsed()) && !IsPostgres(o.db)) {
     Status locked = lock.Acquire(o.db, g_command);
     if (locked.code() == Code::kAborted) {
       return FailWith(Status::Aborted(locked.message() + "; " + BusyAdvice(lock.holder())),
@@ -924,6 +960,19 @@ int RunCli(int argc, char** argv, const FrontendConfig& config) {
   }
   auto store = storage::OpenStore(o.db);
   if (!store.ok()) return Fail(store.status());
+  if (journal->parsed()) {
+    Status done = JournalCommand(o.journal_action, o.who, o.note, store->get());
+    return done.ok() ? kExitOk : Fail(done);
+  }
+  if (drives || submit->parsed()) {
+    // A journal behind its high-water mark is never driven.
+    Status intact = (*store)->JournalIntegrity();
+    if (!intact.ok()) return Fail(intact);
+  }
+  if (retire) {
+    Engine engine(store->get(), &tools, LiveEngineOptions(false, signer));
+    return CmdKeys(o, &keys, store->get(), o.re_preview ? &engine : nullptr);
+  }
   if (run->parsed()) return CmdRun(o, tools, store->get(), signer);
   if (status->parsed()) return CmdStatus(o, store->get());
   if (list->parsed()) return CmdList(o, store->get());

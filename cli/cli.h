@@ -15,7 +15,8 @@
 //   reject TOKEN --as NAME --reason TEXT           reject: the saga rolls back
 //   cancel|pause|resume SAGA --as NAME [--reason TEXT]  a durable request: honoured by
 //                                                  whichever process drives the saga
-//   keys list|rotate|retire KEY                    commit-token signing keys
+//   keys list|rotate|retire KEY [--re-preview --as NAME]  commit-token signing keys
+//   journal check|accept-regression --as NAME --reason TEXT  the high-water mark
 //   submit SPEC --input JSON|@FILE [--intent-key K]  record a saga for workers
 //   worker [--owner N] [--concurrency C] [--lease-ms L]  drive sagas until SIGTERM
 //   failpoints                                     list the failpoint names
@@ -33,7 +34,13 @@
 // attention; 5 the intent key is in use with other content; 6 not found;
 // 7 a saga waits for a person's approval; 8 another process drives the
 // embedded journal (`serve`, `worker`, or a one-shot command that did not
-// finish within cli/driver_lock.h's wait): nothing was done.
+// finish within cli/driver_lock.h's wait), or the saga or the store is busy
+// ("busy; try again"): nothing was done; 9 the commit token expired;
+// 10 the commit was already decided otherwise (approved, then rejected, or
+// the reverse); 11 the journal went back in time (its high-water mark,
+// storage/high_water_mark.h): nothing is driven until `journal
+// accept-regression` or the lost WAL is put back; 12 `keys retire` refused:
+// pending commits still need the key (cli/keys_retire.h).
 //
 // Thread safety: call once per process, from main().
 
@@ -56,6 +63,10 @@ constexpr int kExitConflict = 5;
 constexpr int kExitNotFound = 6;
 constexpr int kExitAwaitingApproval = 7;
 constexpr int kExitBusy = 8;
+constexpr int kExitTokenExpired = 9;
+constexpr int kExitAlreadyDecided = 10;
+constexpr int kExitJournalRegressed = 11;
+constexpr int kExitKeyInUse = 12;
 
 /// What the front end tells the embedding program once options are parsed.
 struct Context {

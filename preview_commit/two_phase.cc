@@ -1,5 +1,6 @@
 #include "preview_commit/two_phase.h"
 
+#include <algorithm>
 #include <vector>
 
 #include "saga/machines.h"
@@ -173,8 +174,8 @@ Result<ApprovalOutcome> RecordApproval(const TokenClaims& claims, const Approval
   if (phase->approval) {
     // Decided before: a replay, or a second process racing this one.
     if (phase->approval->decision != decision) {
-      return Status::FailedPrecondition("commit was already " + phase->approval->decision + " by " +
-                                        phase->approval->by);
+      return Status::FailedPrecondition(std::string(kAlreadyDecidedMessage) +
+                                        phase->approval->decision + " by " + phase->approval->by);
     }
     if (saga.state == SagaState::kRunning || saga.state == SagaState::kAwaitingApproval) {
       return ApprovalOutcome::kReplayed;  // finish what a crash interrupted
@@ -210,6 +211,54 @@ Result<ApprovalOutcome> RecordApproval(const TokenClaims& claims, const Approval
   je.at_ms = now_ms;
   batch->journal.push_back(je);
   return ApprovalOutcome::kRecorded;
+}
+
+Status SupersedeToken(const LoadedSaga& saga, const std::string& step_id,
+                      const std::string& token_key, const std::string& who,
+                      const std::string& reason, int64_t now_ms, storage::WriteBatch* batch) {
+  const storage::SagaRecord& rec = saga.record;
+  int index = -1;
+  for (size_t i = 0; i < rec.steps.size(); ++i) {
+    if (rec.steps[i].step_id == step_id) index = static_cast<int>(i);
+  }
+  if (index < 0) {
+    return Status::NotFound("saga " + rec.summary.saga_id + " has no step \"" + step_id + "\"");
+  }
+  StepRecord st = rec.steps[index];
+  auto phase = PhaseRecord::FromJson(st.phase);
+  const StepState state = saga.steps[index];
+  const bool waiting = state == StepState::kAwaitingApproval || state == StepState::kPreviewed;
+  const bool saga_open =
+      saga.state == SagaState::kAwaitingApproval || saga.state == SagaState::kRunning;
+  if (!phase || !waiting || phase->approval || !saga_open) {
+    return Status::FailedPrecondition("step " + step_id + " of saga " + rec.summary.saga_id +
+                                      " is " + st.state +
+                                      ": no undecided commit token to preview again");
+  }
+  StepMachine m(state);
+  auto cmds = m.Fire(StepEvent::kExpired, StepFacts::WithRePreview(true));
+  if (!cmds.ok()) return cmds.status();
+  // The preview that follows is the key's doing, not the resource's.
+  phase->previews = std::max(0, phase->previews - 1);
+  st.phase = phase->ToJson();
+  st.state = StepStateName(m.state());
+  st.updated_ms = now_ms;
+  batch->saga_id = rec.summary.saga_id;
+  if (saga.state == SagaState::kAwaitingApproval) {
+    SagaMachine machine(SagaState::kAwaitingApproval);
+    auto scmds = machine.Fire(SagaEvent::kApprovalSettled);
+    if (!scmds.ok()) return scmds.status();
+    batch->saga_state = SagaStateName(machine.state());
+  }
+  batch->steps.push_back(st);
+  JournalEntry je;
+  je.saga_id = rec.summary.saga_id;
+  je.step_id = st.step_id;
+  je.event = "approval_superseded";
+  je.data = {{"by", who}, {"reason", reason}, {"token_key", token_key}};
+  je.at_ms = now_ms;
+  batch->journal.push_back(je);
+  return Status::Ok();
 }
 
 }  // namespace idem::preview_commit

@@ -17,6 +17,7 @@
 // Thread safety: none; the run belongs to the driving thread.
 
 #include <string>
+#include <string_view>
 
 #include "preview_commit/phase.h"
 #include "preview_commit/token.h"
@@ -27,6 +28,9 @@
 #include "common/status.h"
 
 namespace idem::preview_commit {
+
+/// The start of the message of a decision on a commit decided otherwise.
+inline constexpr std::string_view kAlreadyDecidedMessage = "commit was already ";
 
 /// Previews of one step before it gives up (stale commits, expired tokens).
 inline constexpr int kMaxPreviews = 5;
@@ -60,5 +64,17 @@ enum class ApprovalOutcome {
 Result<ApprovalOutcome> RecordApproval(const TokenClaims& claims, const ApprovalDecision& d,
                                        int64_t now_ms, const LoadedSaga& saga,
                                        storage::WriteBatch* batch);
+
+/// Takes back the commit token of step `step_id` so that the step previews
+/// again and, where the spec asks, a person is asked again, with a token of
+/// the active key (`keys retire --re-preview`): the step must be previewed
+/// or awaiting an undecided approval. Fills `batch`: the step back to
+/// planned (the step machine's re-preview on expiry; this preview is not
+/// counted against kMaxPreviews), the saga running again, and the journal's
+/// `approval_superseded` {reason, by, token_key}. kFailedPrecondition when
+/// the step holds no such token; kNotFound for no such step.
+Status SupersedeToken(const LoadedSaga& saga, const std::string& step_id,
+                      const std::string& token_key, const std::string& who,
+                      const std::string& reason, int64_t now_ms, storage::WriteBatch* batch);
 
 }  // namespace idem::preview_commit

@@ -170,6 +170,15 @@ class Engine {
   /// saga as recorded and calls nothing.
   Result<storage::SagaRecord> Decide(const std::string& token, const ApprovalDecision& decision);
 
+  /// Takes back the undecided commit token of a two-phase step (signed by
+  /// `token_key`, which is being retired), previews the step again with the
+  /// active key and drives the saga on, so that the person is asked again
+  /// (preview_commit::SupersedeToken; saga/re_preview.cc). Under the saga's
+  /// lease, like Decide: kUnavailable "busy" if another holds it.
+  Result<storage::SagaRecord> RePreview(const std::string& saga_id, const std::string& step_id,
+                                        const std::string& token_key, const std::string& who,
+                                        const std::string& reason);
+
   /// Claims runnable sagas (pending, running, compensating) with leases and
   /// drives them, `concurrency` at a time, until options.stop turns true;
   /// then the current steps finish and the leases are released. Sagas whose

@@ -100,6 +100,14 @@ Result<std::vector<Principal>> LoadPrincipals(const std::string& path) {
   ss << in.rdbuf();
   auto out = ParsePrincipals(ss.str());
   if (!out.ok()) return Status::InvalidArgument(path + ": " + out.status().message());
+  if (out->empty()) {
+    // Not "no --auth file": the file was given and lists nobody.
+    return Status::InvalidArgument(
+        path +
+        ": the auth file is an empty caller list ([]): nobody could call the server; "
+        "add a caller {\"name\", \"token_sha256\", \"roles\"}, or drop --auth and "
+        "serve with --insecure-no-auth on loopback");
+  }
   return out;
 }
 

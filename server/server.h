@@ -80,7 +80,8 @@ struct Principal {
 Result<std::vector<Principal>> ParsePrincipals(const std::string& json_text);
 
 /// Reads and parses an auth file. kNotFound when it cannot be read; refuses
-/// (kFailedPrecondition) a file that group or others may write.
+/// (kFailedPrecondition) a file that group or others may write, and
+/// (kInvalidArgument) one that lists no caller (`[]`).
 Result<std::vector<Principal>> LoadPrincipals(const std::string& path);
 
 struct ServerOptions {

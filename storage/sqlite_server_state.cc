@@ -62,6 +62,7 @@ StoredSpec ReadSpec(SQLite::Statement& q) {
 Result<KeyClaim> SqliteStore::ClaimKey(const std::string& scope, const std::string& key,
                                        const std::string& fingerprint,
                                        const KeyClaimPolicy& policy) {
+  IDEM_RETURN_IF_ERROR(WritesAllowed());
   return Guarded<Result<KeyClaim>>("claim idempotency key", [&]() -> Result<KeyClaim> {
     std::lock_guard<std::mutex> lock(mu_);
     const int64_t now = policy.now_ms;
@@ -120,6 +121,7 @@ Result<KeyClaim> SqliteStore::ClaimKey(const std::string& scope, const std::stri
 Status SqliteStore::CompleteKey(const std::string& scope, const std::string& key,
                                 const std::string& token, int status,
                                 const std::string& content_type, const std::string& body) {
+  IDEM_RETURN_IF_ERROR(WritesAllowed());
   return Guarded<Status>("store idempotent response", [&]() -> Status {
     std::lock_guard<std::mutex> lock(mu_);
     SQLite::Statement up(*db_,
@@ -141,6 +143,7 @@ Status SqliteStore::CompleteKey(const std::string& scope, const std::string& key
 
 Status SqliteStore::ReleaseKey(const std::string& scope, const std::string& key,
                                const std::string& token) {
+  IDEM_RETURN_IF_ERROR(WritesAllowed());
   return Guarded<Status>("release idempotency key", [&]() -> Status {
     std::lock_guard<std::mutex> lock(mu_);
     SQLite::Statement del(*db_,
@@ -166,6 +169,7 @@ Result<KeyRecord> SqliteStore::FindKey(const std::string& scope, const std::stri
 }
 
 Result<int64_t> SqliteStore::PurgeKeys(int64_t created_at_or_before_ms) {
+  IDEM_RETURN_IF_ERROR(WritesAllowed());
   return Guarded<Result<int64_t>>("purge idempotency records", [&]() -> Result<int64_t> {
     std::lock_guard<std::mutex> lock(mu_);
     SQLite::Statement del(*db_, "DELETE FROM idempotency WHERE state = 'done' AND created_ms <= ?");
@@ -175,6 +179,7 @@ Result<int64_t> SqliteStore::PurgeKeys(int64_t created_at_or_before_ms) {
 }
 
 Result<SpecPutOutcome> SqliteStore::PutSpec(const StoredSpec& spec) {
+  IDEM_RETURN_IF_ERROR(WritesAllowed());
   return Guarded<Result<SpecPutOutcome>>("spec registry", [&]() -> Result<SpecPutOutcome> {
     std::lock_guard<std::mutex> lock(mu_);
     SQLite::Transaction tx(*db_, SQLite::TransactionBehavior::IMMEDIATE);

@@ -12,6 +12,7 @@
 
 #include <sqlite3.h>
 
+#include "storage/high_water_mark.h"
 #include "storage/sqlite_errors.h"
 #include "storage/sqlite_migrations.h"  // generated
 #include "storage/validate.h"
@@ -217,6 +218,24 @@ Status SagaNotFound(const std::string& saga_id) {
   return Status::NotFound("saga " + Quote(saga_id) + " not found");
 }
 
+// Where the journal stands: its highest seq and, when `identity` is "-" (not
+// known yet), the identity of its first entry.
+JournalPosition ReadPosition(StatementCache& c, const std::string& identity) {
+  JournalPosition pos;
+  {
+    Stmt q = c.Get("SELECT COALESCE(MAX(seq), 0) FROM journal");
+    q->executeStep();
+    pos.seq = q->getColumn(0).getInt64();
+  }
+  pos.identity = identity;
+  if (pos.identity == "-" && pos.seq > 0) {
+    Stmt q = c.Get("SELECT seq, saga_id FROM journal ORDER BY seq LIMIT 1");
+    if (q->executeStep())
+      pos.identity = JournalIdentity(q->getColumn(0).getInt64(), ColumnText(*q, 1));
+  }
+  return pos;
+}
+
 void InsertJournal(SQLite::Statement& ins, const std::string& saga_id, const JournalEntry& e) {
   ins.reset();
   ins.bind(1, saga_id);
@@ -327,13 +346,15 @@ int SqliteStore::LatestSchemaVersion() { return kLatestVersion; }
 
 SqliteStore::SqliteStore(std::unique_ptr<SQLite::Database> db,
                          std::unique_ptr<SQLite::Database> reader, int schema_version,
-                         const SqliteOptions& options)
+                         const SqliteOptions& options, std::unique_ptr<HighWaterMark> hwm)
     : db_(std::move(db)),
       stmts_(std::make_unique<sqlite_internal::StatementCache>(*db_)),
       read_db_(std::move(reader)),
       read_stmts_(std::make_unique<sqlite_internal::StatementCache>(*read_db_)),
       schema_version_(schema_version),
       clock_(options.clock != nullptr ? options.clock : SystemClock::Get()),
+      hwm_(std::move(hwm)),
+      identity_(hwm_ != nullptr ? hwm_->mark().identity : "-"),
       group_commit_(options.group_commit, options.max_group_batches,
                     [this](const std::vector<PendingCommit*>& group) { CommitGroup(group); }) {}
 
@@ -418,12 +439,55 @@ Result<std::unique_ptr<SqliteStore>> SqliteStore::OpenOnce(const SqliteOptions& 
         auto reader = std::make_unique<SQLite::Database>(
             options.path, SQLite::OPEN_READWRITE | SQLite::OPEN_FULLMUTEX, options.busy_timeout_ms);
         reader->exec("PRAGMA query_only = 1");
+        // The journal against its high-water mark: a regression found here
+        // refuses every write (WritesAllowed).
+        std::unique_ptr<HighWaterMark> hwm;
+        if (options.high_water_mark) {
+          StatementCache probe(*db);
+          auto mark = HighWaterMark::Open(options.path, ReadPosition(probe, "-"));
+          if (!mark.ok()) return Status(mark.status().code(), op + ": " + mark.status().message());
+          hwm = std::move(mark).value();
+        }
         return std::unique_ptr<SqliteStore>(
-            new SqliteStore(std::move(db), std::move(reader), *version, options));
+            new SqliteStore(std::move(db), std::move(reader), *version, options, std::move(hwm)));
       });
 }
 
 int SqliteStore::SchemaVersion() { return schema_version_; }
+
+Status SqliteStore::WritesAllowed() const {
+  return hwm_ != nullptr ? hwm_->regression() : Status::Ok();
+}
+
+Status SqliteStore::JournalIntegrity() { return WritesAllowed(); }
+
+std::string SqliteStore::HighWaterMarkPath() const {
+  return hwm_ != nullptr ? hwm_->path() : std::string();
+}
+
+void SqliteStore::AdvanceMark() {
+  if (hwm_ == nullptr) return;
+  try {
+    JournalPosition pos = ReadPosition(*stmts_, identity_);
+    identity_ = pos.identity;
+    hwm_->Advance(pos);
+  } catch (const std::exception&) {
+    // The commit stands; the mark stays behind it (a weaker check only).
+  }
+}
+
+Status SqliteStore::AcceptRegression(const std::string& who, const std::string& reason) {
+  if (hwm_ == nullptr) {
+    return Status::FailedPrecondition("this store keeps no high-water mark: nothing to accept");
+  }
+  return Guarded<Status>("accept the journal's regression", [&]() -> Status {
+    std::lock_guard<std::mutex> lock(mu_);
+    JournalPosition pos = ReadPosition(*stmts_, "-");
+    IDEM_RETURN_IF_ERROR(hwm_->Accept(pos, who, reason, clock_->NowMs()));
+    identity_ = pos.identity;
+    return Status::Ok();
+  });
+}
 
 Result<SqliteSettings> SqliteStore::EffectiveSettings() {
   return Guarded<Result<SqliteSettings>>("read SQLite settings", [&]() -> Result<SqliteSettings> {
@@ -724,6 +788,10 @@ void SqliteStore::CommitGroup(const std::vector<PendingCommit*>& group) {
     p->created = *created;
     return Status::Ok();
   };
+  if (Status refused = WritesAllowed(); !refused.ok()) {
+    for (PendingCommit* p : group) p->status = refused;
+    return;
+  }
   auto failure = Guarded<Status>(op, [&]() -> Status {
     std::lock_guard<std::mutex> lock(mu_);
     StatementCache& c = *stmts_;
@@ -743,6 +811,7 @@ void SqliteStore::CommitGroup(const std::vector<PendingCommit*>& group) {
       }
     }
     tx.Commit();
+    AdvanceMark();
     return Status::Ok();
   });
   if (!failure.ok()) {
@@ -786,6 +855,7 @@ void TakeLease(StatementCache& c, const Lease& l) {
 Result<std::vector<Lease>> SqliteStore::ClaimSagas(const std::vector<std::string>& states,
                                                    const std::string& owner, int64_t lease_ms,
                                                    int limit) {
+  IDEM_RETURN_IF_ERROR(WritesAllowed());
   if (states.empty()) return Status::InvalidArgument("ClaimSagas: no states given");
   if (owner.empty()) return Status::InvalidArgument("ClaimSagas: owner is empty");
   if (lease_ms <= 0) {
@@ -832,6 +902,7 @@ Result<std::vector<Lease>> SqliteStore::ClaimSagas(const std::vector<std::string
 
 Result<Lease> SqliteStore::ClaimSaga(const std::string& saga_id, const std::string& owner,
                                      int64_t lease_ms) {
+  IDEM_RETURN_IF_ERROR(WritesAllowed());
   if (owner.empty()) return Status::InvalidArgument("ClaimSaga: owner is empty");
   if (lease_ms <= 0) {
     return Status::InvalidArgument("ClaimSaga: lease_ms must be positive, got " +
@@ -868,6 +939,7 @@ Result<Lease> SqliteStore::ClaimSaga(const std::string& saga_id, const std::stri
 
 Status SqliteStore::UpdateLease(const char* what, const Lease& lease, int64_t lease_ms,
                                 bool release) {
+  IDEM_RETURN_IF_ERROR(WritesAllowed());
   if (!release && lease_ms <= 0) {
     return Status::InvalidArgument(std::string(what) + ": lease_ms must be positive, got " +
                                    std::to_string(lease_ms));

@@ -48,6 +48,14 @@
 // take the database write lock at BEGIN (BEGIN IMMEDIATE) and wait up to
 // `busy_timeout_ms` for it, then fail with kUnavailable.
 //
+// High-water mark (`high_water_mark`, on by default;
+// storage/high_water_mark.h): `<db>.hwm` records the highest journal seq
+// committed; Open checks the journal against it, and a journal found behind
+// it (a WAL lost or truncated, an earlier copy restored) refuses every write
+// with kFailedPrecondition: a regression (JournalIntegrity) until AcceptRegression. Each commit
+// rewrites the mark without an fsync; it is synced every
+// HighWaterMark::kSyncEvery commits and at close.
+//
 // Errors: as in store.h. SQLITE_BUSY / SQLITE_LOCKED map to kUnavailable, other
 // SQLite failures to kInternal carrying SQLite's message. No exception leaves
 // a method of this class.
@@ -76,6 +84,8 @@ namespace sqlite_internal {
 class StatementCache;  // sqlite_store.cc
 }  // namespace sqlite_internal
 
+class HighWaterMark;  // storage/high_water_mark.h
+
 struct SqliteOptions {
   /// The database file; created if absent. ":memory:" and "" are refused.
   std::string path;
@@ -92,6 +102,8 @@ struct SqliteOptions {
   bool group_commit = true;
   /// Most batches in one group transaction (>= 1).
   int max_group_batches = 64;
+  /// Keep and check `<path>.hwm` (see above).
+  bool high_water_mark = true;
 };
 
 /// Counters of Commit, for tests and diagnostics.
@@ -148,6 +160,11 @@ class SqliteStore : public Store, public KeyRecordStore, public SpecStore, publi
   SpecStore* Specs() override { return this; }
   ControlStore* Controls() override { return this; }
 
+  Status JournalIntegrity() override;
+  Status AcceptRegression(const std::string& who, const std::string& reason) override;
+  /// The high-water mark's file, or "" without one.
+  std::string HighWaterMarkPath() const;
+
   // Server state (storage/server_state.h; storage/sqlite_server_state.cc):
   // each call is one transaction on the write connection (a claim and a put
   // BEGIN IMMEDIATE, so that of concurrent claimers one wins).
@@ -183,7 +200,12 @@ class SqliteStore : public Store, public KeyRecordStore, public SpecStore, publi
   struct PendingCommit;
 
   SqliteStore(std::unique_ptr<SQLite::Database> db, std::unique_ptr<SQLite::Database> reader,
-              int schema_version, const SqliteOptions& options);
+              int schema_version, const SqliteOptions& options, std::unique_ptr<HighWaterMark> hwm);
+
+  // OK, or the regression that refuses every write.
+  Status WritesAllowed() const;
+  // After a commit on the write connection (mu_ held): moves the mark.
+  void AdvanceMark();
 
   // Runs `group` (one batch or several) in one transaction and sets each
   // one's status: group_commit_'s writer.
@@ -204,6 +226,9 @@ class SqliteStore : public Store, public KeyRecordStore, public SpecStore, publi
   std::unique_ptr<sqlite_internal::StatementCache> read_stmts_;  // GUARDED_BY(read_mu_)
   const int schema_version_;
   Clock* const clock_;
+  // The journal's high-water mark; nullptr when disabled.
+  std::unique_ptr<HighWaterMark> hwm_;
+  std::string identity_;  // GUARDED_BY(mu_) the journal's, "-" while empty
 
   std::atomic<int64_t> commit_batches_{0};
   std::atomic<int64_t> commit_transactions_{0};

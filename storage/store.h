@@ -234,6 +234,26 @@ class Store {
   /// The saga control requests (cancel, pause, resume) in this store's
   /// database; nullptr for a store without them. Owned by the store.
   virtual ControlStore* Controls() { return nullptr; }
+
+  // ---- a journal that went back in time
+
+  /// OK, or kFailedPrecondition with kJournalRegressionMessage
+  /// (storage/high_water_mark.h) when the store found at open that its journal is
+  /// behind a commit it had made (SqliteStore: the high-water mark,
+  /// storage/high_water_mark.h): every write (commits, new intents, claims,
+  /// server state) is then refused with this status, reads still answer.
+  /// PgStore: always OK (a server's regression is PostgreSQL's business,
+  /// docs/architecture.md).
+  virtual Status JournalIntegrity() { return Status::Ok(); }
+
+  /// An operator (`who`) accepts the journal as it stands, for `reason`:
+  /// the decision is recorded and writes are allowed again.
+  /// kFailedPrecondition when there is no regression (or no mark) to accept.
+  virtual Status AcceptRegression(const std::string& who, const std::string& reason) {
+    (void)who;
+    (void)reason;
+    return Status::FailedPrecondition("this store keeps no high-water mark: nothing to accept");
+  }
 };
 
 /// Opens a store from a locator: a file path or "sqlite:PATH" for SQLite;
