@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <iterator>
+#include <optional>
 #include <sstream>
 #include <utility>
 
@@ -73,6 +74,15 @@ std::string DataString(const storage::JournalEntry& e, const char* key) {
 Metrics::Metrics(MetricsOptions options) : options_(options) {}
 
 void Metrics::Observe(const storage::JournalEntry& e, storage::Store* store) {
+  static const std::set<std::string> kTerminal = {"saga_succeeded", "saga_compensated",
+                                                  "saga_failed", "saga_cancelled"};
+  const bool terminal = e.step_id.empty() && kTerminal.count(e.event) > 0;
+  // The saga's age is read before the lock: a scrape never waits on the store.
+  std::optional<double> seconds;
+  if (terminal && store != nullptr) {
+    auto rec = store->LoadSaga(e.saga_id);
+    if (rec.ok()) seconds = static_cast<double>(e.at_ms - rec->summary.created_ms) / 1000.0;
+  }
   std::lock_guard<std::mutex> lock(mu_);
   ++events_[e.event];
   if (!e.step_id.empty()) {
@@ -120,7 +130,7 @@ void Metrics::Observe(const storage::JournalEntry& e, storage::Store* store) {
     }
     if (!how.empty()) {
       ++unknown_resolved_[how];
-      if (how != "needs_attention") unknown_.erase(step);
+      unknown_.erase(step);  // a person's decision later counts from the journal
     }
     if (e.event == "compensated") ++compensations_["compensated"];
     if (e.event == "compensation_failed") ++compensations_["failed"];
@@ -130,17 +140,12 @@ void Metrics::Observe(const storage::JournalEntry& e, storage::Store* store) {
     return;
   }
   if (e.event == "saga_needs_attention") ++sagas_["needs_attention"];
-  static const std::set<std::string> kTerminal = {"saga_succeeded", "saga_compensated",
-                                                  "saga_failed", "saga_cancelled"};
-  if (kTerminal.count(e.event) == 0) return;
+  if (!terminal) return;
   ++sagas_[e.event.substr(5)];
   for (auto it = unknown_.begin(); it != unknown_.end();) {
     it = it->rfind(e.saga_id + "/", 0) == 0 ? unknown_.erase(it) : std::next(it);
   }
-  if (store == nullptr) return;
-  auto rec = store->LoadSaga(e.saga_id);
-  if (!rec.ok()) return;
-  ObserveTerminalLocked(static_cast<double>(e.at_ms - rec->summary.created_ms) / 1000.0);
+  if (seconds) ObserveTerminalLocked(*seconds);
 }
 
 void Metrics::Duplicate(std::string_view how) {

@@ -18,6 +18,8 @@
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 
+#include "tests/test_util.h"
+
 #include <fcntl.h>
 #include <openssl/sha.h>
 #include <signal.h>
