@@ -15,6 +15,7 @@
 #include "cli/driver_lock.h"
 #include "cli/journal.h"
 #include "cli/keys_retire.h"
+#include "cli/metrics_endpoint.h"
 #include "preview_commit/token.h"
 #include "preview_commit/two_phase.h"
 #include "saga/engine.h"
@@ -27,6 +28,7 @@
 #include "tools/http_tool.h"
 
 #include "common/failpoint.h"
+#include "observability/metrics.h"
 #include "observability/observability.h"
 #include <signal.h>
 #include <unistd.h>
@@ -215,6 +217,7 @@ struct Options {
   int64_t lease_ms = 30'000;
   int64_t poll_ms = 100;
   std::string listen = "127.0.0.1:8080";
+  std::string metrics_listen;  // worker: HOST:PORT of /metrics, "" for none
   std::string auth_path;
   std::string tools_path;
   std::string state_path;
@@ -591,6 +594,16 @@ int CmdWorker(const Options& o, const ToolRegistry& tools, storage::Store* store
   eo.owner = o.owner.empty() ? NewId("worker_") : o.owner;
   eo.lease_ms = o.lease_ms;
   eo.stop = &g_stop;
+  observability::Metrics metrics;
+  observability::ReportTo(&metrics, store, &eo);
+  std::unique_ptr<MetricsEndpoint> endpoint;
+  if (!o.metrics_listen.empty()) {
+    auto started = MetricsEndpoint::Start(o.metrics_listen, &metrics, store);
+    if (!started.ok()) return Fail(started.status());
+    endpoint = std::move(started).value();
+    std::printf("worker %s: metrics on http://%s:%d/metrics\n", eo.owner.c_str(),
+                endpoint->host().c_str(), endpoint->port());
+  }
   Engine engine(store, &tools, eo);
   WorkerOptions wo;
   wo.concurrency = o.concurrency;
@@ -620,21 +633,8 @@ int CmdWorker(const Options& o, const ToolRegistry& tools, storage::Store* store
 int CmdServe(const Options& o, const ToolRegistry& tools, storage::Store* store,
              const preview_commit::TokenSigner* signer) {
   server::ServerOptions so = o.limits;
-  size_t colon = o.listen.rfind(':');
-  if (colon == std::string::npos || colon == 0) {
-    return Fail(Status::InvalidArgument("--listen: expected HOST:PORT, got " + o.listen));
-  }
-  so.host = o.listen.substr(0, colon);
-  if (so.host.size() > 2 && so.host.front() == '[' && so.host.back() == ']') {
-    so.host = so.host.substr(1, so.host.size() - 2);
-  }
-  try {
-    size_t used = 0;
-    so.port = std::stoi(o.listen.substr(colon + 1), &used);
-    if (used != o.listen.size() - colon - 1) throw std::invalid_argument("port");
-  } catch (const std::exception&) {
-    return Fail(Status::InvalidArgument("--listen: bad port in " + o.listen));
-  }
+  Status listen = ParseListen(o.listen, "--listen", &so.host, &so.port);
+  if (!listen.ok()) return Fail(listen);
   if (!o.auth_path.empty()) {
     auto principals = server::LoadPrincipals(o.auth_path);
     if (!principals.ok()) return Fail(principals.status());
@@ -785,6 +785,9 @@ int RunCli(int argc, char** argv, const FrontendConfig& config) {
       ->check(CLI::Range(int64_t{100}, int64_t{3'600'000}));
   worker->add_option("--poll-ms", o.poll_ms, "wait between empty claims")
       ->check(CLI::Range(int64_t{1}, int64_t{60'000}));
+  worker->add_option(
+      "--metrics-listen", o.metrics_listen,
+      "serve /metrics and /healthz on HOST:PORT (e.g. 127.0.0.1:9464; default: off)");
 
   auto* approvals = app.add_subcommand("approvals", "list commits waiting for a person");
   approvals->add_flag("--json", o.json, "JSON, with previews and tokens");

@@ -109,6 +109,7 @@ Result<SubmitResult> Engine::Submit(const SagaSpec& spec, const Json& input,
   if (!out.ok()) return out.status();
   IDEM_FAILPOINT("intent.after_commit");
   if (out->created && options_.observer) options_.observer(created);
+  if (!out->created && options_.duplicate_observer) options_.duplicate_observer("existing_intent");
   return SubmitResult{out->saga_id, out->created};
 }
 

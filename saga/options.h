@@ -10,6 +10,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "storage/store.h"
 #include "tools/tool.h"
@@ -27,6 +28,12 @@ struct EngineOptions {
   uint64_t seed = 0x1de3;
   /// Called after each journal entry commits, from the driving thread.
   std::function<void(const storage::JournalEntry&)> observer;
+  /// Called when a request is answered from the journal instead of being
+  /// done again, with how: "existing_intent" (Submit of a known intent). A
+  /// provider's replay of a key is in the journal (`replayed` on the
+  /// step's `succeeded`), so `observer` sees it. observability::ReportTo
+  /// sets both for metrics.
+  std::function<void(std::string_view how)> duplicate_observer;
   /// Status lookups tried (with backoff) before an unknown outcome is parked.
   int lookup_attempts = 5;
   /// Backoff between status lookups.

@@ -19,6 +19,9 @@ namespace {
 // Total attempts allowed when each resend follows a status lookup that
 // confirmed the key was not applied (see ResolveUnknown).
 constexpr int kMaxConfirmedAbsentAttempts = 5;
+// The outcome's note when a status lookup said the key was not applied and
+// the step is resent: its `submitted` records `lookup: not_applied`.
+constexpr const char* kNotAppliedByLookup = "resolved_by_status_not_applied";
 
 // Whether losing a record of the tool's call in a crash leaves only what the
 // `submitted` before it did: a state a status lookup or a same-key resend
@@ -318,7 +321,10 @@ StepEvent SagaRun::ResolveUnknown(StepDrive* d) {
         // cannot duplicate it. Attempts burnt by crashes between `submitted`
         // and the call must not end the saga: allow resends up to a hard cap.
         bool resend_ok = attempts_left || st->attempt < kMaxConfirmedAbsentAttempts;
-        if (!d->rolling_back && resend_ok) return StepEvent::kResolvedRetry;
+        if (!d->rolling_back && resend_ok) {
+          out->error = kNotAppliedByLookup;  // the resend's `submitted` says so
+          return StepEvent::kResolvedRetry;
+        }
         st->error = "status lookup: key " + st->step_key + " was not applied";
         return StepEvent::kResolvedNotApplied;
       }
@@ -402,11 +408,12 @@ Result<StepEnd> SagaRun::RunCommands(StepDrive* d) {
             outcome.kind == OutcomeKind::kFailed ? spec.retry.BackoffMs(st.attempt + 1, rng_) : 0;
         options_.clock->SleepMs(wait);
         ++st.attempt;
-        IDEM_RETURN_IF_ERROR(CommitStep(*d, "submitted",
-                                        {{"attempt", st.attempt},
-                                         {"key", st.step_key},
-                                         {"retry_after_ms", wait},
-                                         {"previous_error", st.error}}));
+        Json data = {{"attempt", st.attempt},
+                     {"key", st.step_key},
+                     {"retry_after_ms", wait},
+                     {"previous_error", st.error}};
+        if (outcome.error == kNotAppliedByLookup) data["lookup"] = "not_applied";
+        IDEM_RETURN_IF_ERROR(CommitStep(*d, "submitted", data));
         IDEM_FAILPOINT("step.after_submitted");
         d->queue.push_back(StepCommand::kCallTool);
         break;
@@ -428,6 +435,7 @@ Result<StepEnd> SagaRun::RunCommands(StepDrive* d) {
         Json data = {{"attempt", st.attempt}, {"result", st.result}};
         if (!st.external_ref.empty()) data["external_ref"] = st.external_ref;
         if (by_status) data["resolved_by"] = "status_lookup";
+        if (outcome.replayed) data["replayed"] = true;  // a duplicate the provider absorbed
         IDEM_RETURN_IF_ERROR(CommitStep(*d, "succeeded", data, {eff},
                                         OutcomeDurability(d->tool->info(), st.attempt)));
         IDEM_FAILPOINT("step.after_outcome");

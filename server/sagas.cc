@@ -114,7 +114,6 @@ void Submit(ServerContext& ctx, const Principal& p, const Submission& sub, const
     }
     return ProblemFor(res, out.status());
   }
-  if (!out->created) ctx.metrics->Duplicate("existing_intent");
   auto rec = ctx.store->LoadSaga(out->saga_id);
   if (!rec.ok()) return ProblemFor(res, rec.status());
   res.SetHeader("Location", "/v1/sagas/" + out->saga_id);

@@ -103,8 +103,8 @@ Result<std::unique_ptr<Server>> Server::Create(storage::Store* store, const Tool
   eo.owner = o.owner;
   eo.lease_ms = o.lease_ms;
   eo.stop = &impl->stop_flag;
-  eo.observer = observability::WithJournalLog(
-      [raw, store](const storage::JournalEntry& e) { raw->metrics.Observe(e, store); });
+  eo.observer = observability::WithJournalLog(nullptr);
+  observability::ReportTo(&raw->metrics, store, &eo);
   impl->engine = std::make_unique<Engine>(store, tools, eo);
 
   DriverPoolOptions po;

@@ -1845,6 +1845,43 @@ Result<std::vector<SagaSummary>> PgStore::ListSagas(const SagaFilter& filter) {
       });
 }
 
+Result<StoreGauges> PgStore::ReadGauges(const GaugeQuery& query) {
+  // A state with a NUL byte cannot be stored, so it matches nothing.
+  const std::string waiting = HasNul(query.waiting_state) ? "" : query.waiting_state;
+  // One statement (one snapshot, autocommit): a row per state, then one row
+  // (is_steps) with the waiting steps; the store's clock read once.
+  static const std::string kSql =
+      "WITH clock AS (SELECT " IDEM_PG_NOW_MS
+      " AS now_ms) "
+      "SELECT false AS is_steps, state, count(*)::bigint, min(updated_ms)::bigint,"
+      " (count(*) FILTER (WHERE $1::bigint > 0 AND created_ms < (SELECT now_ms FROM clock) - "
+      "$1::bigint))::bigint,"
+      " (count(*) FILTER (WHERE lease_expires_ms > 0"
+      " AND lease_expires_ms < (SELECT now_ms FROM clock)))::bigint,"
+      " (SELECT now_ms FROM clock) FROM sagas GROUP BY state "
+      "UNION ALL "
+      "SELECT true, '', (SELECT count(*) FROM steps WHERE $2::text <> '' AND state = $2::text"
+      " AND saga_id IN (SELECT saga_id FROM sagas WHERE state = $2::text))::bigint, 0, 0, 0,"
+      " (SELECT now_ms FROM clock)";
+  return Run<StoreGauges>("ReadGauges", Access::kOneStatement,
+                          [&](pqxx::transaction_base& tx) -> Result<StoreGauges> {
+                            StoreGauges out;
+                            for (const pqxx::row& r : tx.exec_params(kSql, query.age_ms, waiting)) {
+                              out.now_ms = r[6].as<int64_t>();
+                              if (r[0].as<bool>()) {
+                                out.waiting_steps = r[2].as<int64_t>();
+                                continue;
+                              }
+                              StateGauges& g = out.by_state[FieldText(r[1])];
+                              g.sagas = r[2].as<int64_t>();
+                              g.oldest_updated_ms = r[3].as<int64_t>();
+                              g.created_before = r[4].as<int64_t>();
+                              g.leases_expired = r[5].as<int64_t>();
+                            }
+                            return out;
+                          });
+}
+
 Result<std::vector<JournalEntry>> PgStore::ReadJournal(const std::string& saga_id) {
   if (HasNul(saga_id)) return SagaNotFound(saga_id);
   return Run<std::vector<JournalEntry>>(

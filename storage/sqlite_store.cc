@@ -1057,6 +1057,40 @@ Result<std::vector<SagaSummary>> SqliteStore::ListSagas(const SagaFilter& filter
       });
 }
 
+Result<StoreGauges> SqliteStore::ReadGauges(const GaugeQuery& query) {
+  return Guarded<Result<StoreGauges>>("ReadGauges", [&]() -> Result<StoreGauges> {
+    StoreGauges out;
+    out.now_ms = clock_->NowMs();
+    const int64_t created_before = query.age_ms > 0 ? out.now_ms - query.age_ms : INT64_MIN;
+    std::lock_guard<std::mutex> lock(read_mu_);
+    StatementCache& c = *read_stmts_;
+    Tx tx(c, Tx::Mode::kDeferred);  // one snapshot for both statements
+    {
+      Stmt q = c.Get(
+          "SELECT state, COUNT(*), MIN(updated_ms), SUM(created_ms < ?),"
+          " SUM(lease_expires_ms > 0 AND lease_expires_ms < ?) FROM sagas GROUP BY state");
+      q->bind(1, created_before);
+      q->bind(2, out.now_ms);
+      while (q->executeStep()) {
+        StateGauges& g = out.by_state[q->getColumn(0).getString()];
+        g.sagas = q->getColumn(1).getInt64();
+        g.oldest_updated_ms = q->getColumn(2).getInt64();
+        g.created_before = q->getColumn(3).getInt64();
+        g.leases_expired = q->getColumn(4).getInt64();
+      }
+    }
+    if (!query.waiting_state.empty()) {
+      Stmt q = c.Get(
+          "SELECT COUNT(*) FROM steps WHERE state = ?1"
+          " AND saga_id IN (SELECT saga_id FROM sagas WHERE state = ?1)");
+      q->bind(1, query.waiting_state);
+      if (q->executeStep()) out.waiting_steps = q->getColumn(0).getInt64();
+    }
+    tx.Commit();
+    return out;
+  });
+}
+
 Result<std::vector<JournalEntry>> SqliteStore::ReadJournal(const std::string& saga_id) {
   return Guarded<Result<std::vector<JournalEntry>>>(
       "ReadJournal " + Quote(saga_id), [&]() -> Result<std::vector<JournalEntry>> {

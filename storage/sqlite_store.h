@@ -145,6 +145,7 @@ class SqliteStore : public Store, public KeyRecordStore, public SpecStore, publi
   Result<std::vector<SagaSummary>> ListSagas(const SagaFilter& filter) override;
   Result<std::vector<JournalEntry>> ReadJournal(const std::string& saga_id) override;
   Result<std::vector<EffectRecord>> ListEffects(const std::string& saga_id) override;
+  Result<StoreGauges> ReadGauges(const GaugeQuery& query) override;
   int SchemaVersion() override;
   Result<std::vector<Lease>> ClaimSagas(const std::vector<std::string>& states,
                                         const std::string& owner, int64_t lease_ms,

@@ -12,6 +12,10 @@ bool StartsWith(const std::string& s, const char* prefix) { return s.rfind(prefi
 
 }  // namespace
 
+Result<StoreGauges> Store::ReadGauges(const GaugeQuery&) {
+  return Status::FailedPrecondition("this store does not count gauges");
+}
+
 Result<std::unique_ptr<Store>> OpenStore(const std::string& locator, Clock* clock) {
   if (locator.empty()) {
     return Status::InvalidArgument(

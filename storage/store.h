@@ -19,6 +19,7 @@
 // On any error nothing of the batch is written.
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -162,6 +163,32 @@ struct SagaFilter {
   int limit = 1000;
 };
 
+/// What Store::ReadGauges counts (for metrics that any process reports the
+/// same: the fleet's truth, not one process's).
+struct GaugeQuery {
+  /// Per state, the sagas created more than this long ago (in the store's
+  /// clock) are counted in StateGauges::created_before; 0: none counted.
+  int64_t age_ms = 0;
+  /// Steps in this state whose saga is in this state too are counted in
+  /// StoreGauges::waiting_steps (e.g. "awaiting_approval"); "": none counted.
+  std::string waiting_state;
+};
+
+/// The sagas in one state.
+struct StateGauges {
+  int64_t sagas = 0;
+  int64_t oldest_updated_ms = 0;  ///< the earliest updated_ms among them
+  int64_t created_before = 0;     ///< created before now - GaugeQuery::age_ms
+  int64_t leases_expired = 0;     ///< a lease taken and not given back, now expired
+};
+
+/// One consistent reading of the store for gauges.
+struct StoreGauges {
+  int64_t now_ms = 0;                           ///< the store's clock when read
+  std::map<std::string, StateGauges> by_state;  ///< only states that have sagas
+  int64_t waiting_steps = 0;
+};
+
 struct CreateOutcome {
   std::string saga_id;
   bool created = false;  ///< false: the intent existed with the same content
@@ -191,6 +218,15 @@ class Store {
 
   /// The saga's effects in commit order.
   virtual Result<std::vector<EffectRecord>> ListEffects(const std::string& saga_id) = 0;
+
+  /// Counts for gauges, computed by the database (one statement on
+  /// PostgreSQL, one read transaction on SQLite): sagas by state, their
+  /// oldest update, those older than `query.age_ms`, expired leases (expiry
+  /// in the store's clock), and the steps waiting in `query.waiting_state`.
+  /// A full read of the sagas table: callers cache it (observability::Metrics
+  /// reads it at most once a second). The default (a test double):
+  /// kFailedPrecondition.
+  virtual Result<StoreGauges> ReadGauges(const GaugeQuery& query);
 
   /// The version of the schema the database is at after migrations.
   virtual int SchemaVersion() = 0;

@@ -18,14 +18,13 @@
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 
+#include "tests/test_util.h"
+
 #include <fcntl.h>
 #include <openssl/sha.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-extern char** environ;
 
 namespace idem {
 namespace {
@@ -94,28 +93,7 @@ class CliTest : public testing::Test {
     Proc p;
     p.out = dir_ / ("p" + std::to_string(++count_) + ".out");
     p.err = dir_ / ("p" + std::to_string(count_) + ".err");
-    std::vector<std::string> argv = {kBinary};
-    argv.insert(argv.end(), args.begin(), args.end());
-    std::vector<char*> cargs;
-    for (auto& a : argv) cargs.push_back(a.data());
-    cargs.push_back(nullptr);
-    std::vector<std::string> env;
-    for (char** e = environ; *e != nullptr; ++e) {
-      std::string var = *e;
-      if (var.rfind("IDEM_", 0) == 0 || var.rfind("TRAVEL_", 0) == 0) continue;
-      env.push_back(var);
-    }
-    std::vector<char*> cenv;
-    for (auto& e : env) cenv.push_back(e.data());
-    cenv.push_back(nullptr);
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
-    posix_spawn_file_actions_addopen(&fa, STDOUT_FILENO, p.out.c_str(), O_WRONLY | O_CREAT, 0644);
-    posix_spawn_file_actions_addopen(&fa, STDERR_FILENO, p.err.c_str(), O_WRONLY | O_CREAT, 0644);
-    int rc = posix_spawn(&p.pid, kBinary, &fa, nullptr, cargs.data(), cenv.data());
-    posix_spawn_file_actions_destroy(&fa);
-    EXPECT_EQ(rc, 0) << std::strerror(rc);
+    p.pid = test::SpawnProcess(kBinary, args, p.out.string(), p.err.string());
     return p;
   }
   Proc Run(const std::vector<std::string>& args) {

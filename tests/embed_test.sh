@@ -4,7 +4,7 @@
 # installs the build into a temporary prefix, builds examples/embed against
 # it as a separate project, starts the service on a loopback port, posts one
 # booking twice under one Idempotency-Key (the same saga both times, created
-# once), reads the saga back, and stops the service.
+# once), reads the saga back and its metrics, and stops the service.
 set -euo pipefail
 
 build_dir=$(cd "$1" && pwd)
@@ -103,6 +103,17 @@ echo "== GET /sagas/$saga1"
 code5=$(curl -sS --max-time 10 -o "$work/saga.json" -w '%{http_code}' "$url/sagas/$saga1")
 [[ "$code5" == 200 ]] || fail "GET /sagas: HTTP $code5"
 [[ $(field "$work/saga.json" state) == succeeded ]] || fail "GET /sagas: $(cat "$work/saga.json")"
+
+echo "== GET /metrics: the engine's counters and the journal's gauges"
+code6=$(curl -sS --max-time 10 -o "$work/metrics.txt" -w '%{http_code}' "$url/metrics")
+[[ "$code6" == 200 ]] || fail "GET /metrics: HTTP $code6"
+metric() { grep -F "$1 " "$work/metrics.txt" | sed 's/.* //'; }
+[[ $(metric 'idem_duplicates_absorbed_total{how="existing_intent"}') == 1 ]] ||
+  fail "the repeated POST is not one duplicate absorbed: $(cat "$work/metrics.txt")"
+[[ $(metric 'idem_sagas{state="succeeded"}') == 1 ]] || fail "gauge: $(cat "$work/metrics.txt")"
+[[ $(metric 'idem_sagas{state="compensated"}') == 1 ]] || fail "gauge: $(cat "$work/metrics.txt")"
+[[ $(metric 'idem_sagas_finished_total{outcome="compensated"}') == 1 ]] ||
+  fail "counter: $(cat "$work/metrics.txt")"
 
 echo "== stop"
 kill -TERM "$pid"

@@ -20,6 +20,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <set>
 #include <string>
@@ -1205,6 +1206,66 @@ TYPED_TEST_P(StoreConformanceTest, ClaimSagaById) {
   EXPECT_EQ("w2", taken->owner);
 }
 
+TYPED_TEST_P(StoreConformanceTest, GaugesCountSagasByStateLeasesAndWaitingSteps) {
+  const GaugeQuery query{/*age_ms=*/3'600'000, /*waiting_state=*/"awaiting_approval"};
+  const int64_t before_ms = SystemClock::Get()->NowMs();
+  Result<StoreGauges> empty = this->store().ReadGauges(query);
+  STORE_ASSERT_OK(empty);
+  EXPECT_TRUE(empty->by_state.empty());
+  EXPECT_EQ(0, empty->waiting_steps);
+  EXPECT_GE(empty->now_ms, before_ms - 5'000);  // the database's clock, near ours
+
+  // old1/old2 were created (and last moved) long ago, fresh just now.
+  ASSERT_NO_FATAL_FAILURE(CreateInState(this->store(), "old1", "needs_attention", 300));
+  ASSERT_NO_FATAL_FAILURE(CreateInState(this->store(), "old2", "needs_attention", 100));
+  ASSERT_NO_FATAL_FAILURE(CreateInState(this->store(), "fresh", "needs_attention", before_ms));
+  ASSERT_NO_FATAL_FAILURE(CreateInState(this->store(), "run1", "running", before_ms));
+  ASSERT_NO_FATAL_FAILURE(CreateInState(this->store(), "run2", "running", before_ms));
+  ASSERT_NO_FATAL_FAILURE(CreateInState(this->store(), "wait", "awaiting_approval", before_ms));
+  ASSERT_NO_FATAL_FAILURE(CreateInState(this->store(), "done", "succeeded", 200));
+  // One step waits for a person in a waiting saga; a step in that state in a
+  // saga that moved on does not count.
+  for (const char* id : {"wait", "run2"}) {
+    StepRecord st = this->FirstStep(id);
+    st.state = "awaiting_approval";
+    WriteBatch w;
+    w.saga_id = id;
+    w.steps = {st};
+    STORE_ASSERT_OK(this->store().Commit(w));
+  }
+  // Leases: run1's expires (never given back), run2's holds, fresh's is released.
+  STORE_ASSERT_OK(this->store().ClaimSaga("run1", "w1", 1));
+  STORE_ASSERT_OK(this->store().ClaimSaga("run2", "w1", 600'000));
+  Result<Lease> released = this->store().ClaimSaga("fresh", "w1", 600'000);
+  STORE_ASSERT_OK(released);
+  STORE_ASSERT_OK(this->store().ReleaseLease(*released));
+  SleepMs(20);
+
+  Result<StoreGauges> g = this->store().ReadGauges(query);
+  STORE_ASSERT_OK(g);
+  std::map<std::string, int64_t> counts;
+  for (const auto& [state, sg] : g->by_state) counts[state] = sg.sagas;
+  const std::map<std::string, int64_t> want = {
+      {"needs_attention", 3}, {"running", 2}, {"awaiting_approval", 1}, {"succeeded", 1}};
+  EXPECT_EQ(want, counts);
+  const StateGauges& na = g->by_state["needs_attention"];
+  EXPECT_EQ(100, na.oldest_updated_ms);
+  EXPECT_EQ(2, na.created_before);
+  EXPECT_EQ(0, na.leases_expired);
+  EXPECT_EQ(1, g->by_state["succeeded"].created_before);
+  EXPECT_EQ(0, g->by_state["running"].created_before);
+  EXPECT_EQ(1, g->by_state["running"].leases_expired);
+  EXPECT_EQ(1, g->waiting_steps);
+  EXPECT_GE(g->now_ms, empty->now_ms);
+
+  // age_ms 0 counts no saga as old; no waiting state counts no step.
+  Result<StoreGauges> plain = this->store().ReadGauges(GaugeQuery{});
+  STORE_ASSERT_OK(plain);
+  EXPECT_EQ(0, plain->by_state["needs_attention"].created_before);
+  EXPECT_EQ(0, plain->waiting_steps);
+  EXPECT_EQ(3, plain->by_state["needs_attention"].sagas);
+}
+
 TYPED_TEST_P(StoreConformanceTest, ConcurrentClaimersNeverShareASaga) {
   constexpr int kSagas = 200;
   constexpr int kThreads = 8;
@@ -1641,8 +1702,8 @@ REGISTER_TYPED_TEST_SUITE_P(
     ConcurrentConsumersOfOneNonceHaveOneWinner, ClaimTakesRunnableSagasOldestFirstUpToTheLimit,
     ClaimRejectsBadArguments, ExpiredLeaseIsTakenOverAndTheOldOwnerIsFenced,
     RenewedLeaseHoldsAndMissingSagaIsNotFound, ReleasedLeaseIsClaimableAtOnce,
-    CommitCanReleaseItsLease, ClaimSagaById, ConcurrentClaimersNeverShareASaga,
-    KeyIsClaimedOnceThenInFlightAndOtherPayloadMismatches,
+    CommitCanReleaseItsLease, ClaimSagaById, GaugesCountSagasByStateLeasesAndWaitingSteps,
+    ConcurrentClaimersNeverShareASaga, KeyIsClaimedOnceThenInFlightAndOtherPayloadMismatches,
     StoredResponseIsReplayedAndSurvivesReopen, ReleasedKeyIsClaimableAgain,
     AbandonedClaimIsTakenOverAndTheOldHolderIsFenced, ExpiredKeyStartsANewRequestAndIsPurged,
     ConcurrentClaimsOfOneKeyFromTwoConnectionsHaveOneWinner,

@@ -1,6 +1,7 @@
 #include "tests/test_util.h"
 
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <mutex>
@@ -11,9 +12,13 @@
 #include <pqxx/pqxx>
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
+#include <spawn.h>
 #include <sys/socket.h>
 #include <unistd.h>
+
+extern char** environ;
 
 #ifndef IDEM_PG_URL_FILE
 #error "IDEM_PG_URL_FILE must name the file holding the test server's URL"
@@ -43,6 +48,37 @@ std::string ReadFile(const std::string& path) {
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
+}
+
+int SpawnProcess(const std::string& binary, const std::vector<std::string>& args,
+                 const std::string& out, const std::string& err) {
+  std::vector<std::string> argv = {binary};
+  argv.insert(argv.end(), args.begin(), args.end());
+  std::vector<char*> cargs;
+  for (auto& a : argv) cargs.push_back(a.data());
+  cargs.push_back(nullptr);
+  std::vector<std::string> env;
+  for (char** e = environ; *e != nullptr; ++e) {
+    std::string var = *e;
+    if (var.rfind("IDEM_", 0) == 0 || var.rfind("TRAVEL_", 0) == 0) continue;
+    env.push_back(var);
+  }
+  std::vector<char*> cenv;
+  for (auto& e : env) cenv.push_back(e.data());
+  cenv.push_back(nullptr);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_addopen(&fa, STDOUT_FILENO, out.c_str(), O_WRONLY | O_CREAT, 0644);
+  posix_spawn_file_actions_addopen(&fa, STDERR_FILENO, err.c_str(), O_WRONLY | O_CREAT, 0644);
+  pid_t pid = -1;
+  int rc = posix_spawn(&pid, binary.c_str(), &fa, nullptr, cargs.data(), cenv.data());
+  posix_spawn_file_actions_destroy(&fa);
+  if (rc != 0) {
+    ADD_FAILURE() << "cannot start " << binary << ": " << std::strerror(rc);
+    return -1;
+  }
+  return pid;
 }
 
 int UnusedPort() {

@@ -415,7 +415,10 @@ ToolOutcome ClassifyCommit(const std::string& what, const Exchange& x) {
       result = parsed.ok() ? std::move(parsed).value() : Json(PrintableText(x.body));
     }
     std::string ref = RefOf(result);
-    return ToolOutcome::Succeeded(std::move(result), std::move(ref));
+    ToolOutcome out = ToolOutcome::Succeeded(std::move(result), std::move(ref));
+    auto replayed = x.headers.find("Idempotent-Replayed");
+    out.replayed = replayed != x.headers.end() && Lower(replayed->second) == "true";
+    return out;
   }
   const std::string type = Lower(ProblemType(x.body));
   const std::string msg = StatusError(what, s, x.body);

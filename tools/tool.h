@@ -86,6 +86,9 @@ struct ToolOutcome {
   std::string error;         ///< on failure or unknown
   bool retryable = false;    ///< failed only: a transient refusal (503, busy)
   bool stale = false;        ///< failed only: the previewed resource version moved
+  /// Succeeded only: the provider answered with what it had stored for this
+  /// key (an earlier call had applied it; HTTP: `Idempotent-Replayed: true`).
+  bool replayed = false;
 
   static ToolOutcome Succeeded(Json result, std::string external_ref = "");
   static ToolOutcome Failed(std::string error, bool retryable);

@@ -11,6 +11,9 @@
 //     same saga and runs nothing again (200; 201 when the saga is new); the
 //     same key with another body is 422.
 // GET /sagas/{id}: the saga, its state and its steps.
+// GET /metrics: idem's metrics (observability/metrics.h) for Prometheus:
+//     this service's counters (steps, outcomes, duplicates absorbed, ...)
+//     and the journal's gauges (sagas by state, ...).
 //
 // `admin` hands over to idem's command line (idem::cli::RunCli) with the
 // same tools, on the service's journal.
@@ -36,6 +39,7 @@
 #include "tools/tool.h"
 
 #include "common/json_util.h"
+#include "observability/metrics.h"
 #include <pthread.h>
 
 namespace {
@@ -200,7 +204,12 @@ int Serve(const std::string& listen, const std::string& journal) {
               << "\n";
     return 1;
   }
-  idem::Engine engine(store->get(), &tools);
+  // The engine reports every journal entry (and each duplicate it absorbs)
+  // to the metrics; /metrics below renders them.
+  idem::observability::Metrics metrics;
+  idem::EngineOptions options;
+  idem::observability::ReportTo(&metrics, store->get(), &options);
+  idem::Engine engine(store->get(), &tools, options);
   // Finish what a previous run left unfinished.
   auto recovered = engine.Recover();
   if (!recovered.ok()) std::cerr << "booking-service: " << recovered.status().ToString() << "\n";
@@ -245,6 +254,10 @@ int Serve(const std::string& listen, const std::string& journal) {
       return;
     }
     res.set_content(SagaJson(*rec).dump(), "application/json");
+  });
+
+  server.Get("/metrics", [&](const httplib::Request&, httplib::Response& res) {
+    res.set_content(metrics.Render(store->get()), "text/plain; version=0.0.4; charset=utf-8");
   });
 
   const auto colon = listen.rfind(':');
