@@ -77,7 +77,7 @@ Result<StepEnd> DriveStepOnce(SagaRun* run, int index) {
     case StepState::kNeedsAttention:
       return StepEnd::kParked;
     case StepState::kPlanned: {
-      auto args = run->ResolveArgs(spec.args, "steps[" + std::to_string(index) + "].args");
+      auto args = run->ResolveStepArgs(index);
       if (!args.ok()) {
         d.st.error = args.status().message();
         IDEM_RETURN_IF_ERROR(d.Fire(StepEvent::kFailed));

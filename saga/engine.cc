@@ -58,6 +58,7 @@ Result<SubmitResult> Engine::Submit(const SagaSpec& spec, const Json& input,
   if (intent_key.empty()) return Status::InvalidArgument("intent key: must not be empty");
   if (intent_key.size() > 255) return Status::InvalidArgument("intent key: longer than 255 bytes");
   if (!input.is_object()) return Status::InvalidArgument("input: expected a JSON object");
+  IDEM_RETURN_IF_ERROR(CheckSubmitLimits(spec, input, options_.limits));
   storage::NewSaga ns;
   ns.saga_id = NewId("sg_");
   ns.intent_key = intent_key;

@@ -22,6 +22,8 @@
 //
 // Thread safety: functions are pure.
 
+#include <cstddef>
+#include <limits>
 #include <optional>
 #include <string>
 #include <vector>
@@ -82,9 +84,22 @@ Result<SagaSpec> ParseSpecText(const std::string& text, const ToolRegistry& tool
 /// The JSON Schema text (schema/saga.schema.json, compiled in).
 const std::string& SagaSchemaText();
 
+/// A bound on what templates expand to (saga/limits.h). Resolution stops with
+/// kInvalidArgument at the place where the resolved size (JsonBytes) passes
+/// max_bytes, before the oversized value is built.
+struct TemplateBudget {
+  size_t max_bytes = std::numeric_limits<size_t>::max();
+  std::string limit = "the limit";  ///< named in the error: "max_arg_bytes (1048576 bytes)"
+  /// References to steps resolve to nothing (null, or "" inside a string):
+  /// the submit-time check, before any step has run.
+  bool skip_step_refs = false;
+  size_t used = 0;  ///< out: bytes resolved so far
+};
+
 /// Resolves templates in `templ` against `context`, a document of the shape
 /// {"input": ..., "steps": {"<id>": {"args": ..., "result": ...}}}.
-/// `where` prefixes errors ("steps[1].args").
-Result<Json> ResolveTemplates(const Json& templ, const Json& context, const std::string& where);
+/// `where` prefixes errors ("steps[1].args"). With a `budget`, within it.
+Result<Json> ResolveTemplates(const Json& templ, const Json& context, const std::string& where,
+                              TemplateBudget* budget = nullptr);
 
 }  // namespace idem

@@ -98,6 +98,13 @@ std::optional<Submission> ReadSubmission(const ServerContext& ctx, const Json& b
     Problem(res, 422, "invalid-spec", "Invalid saga spec", spec.status().message());
     return std::nullopt;
   }
+  // Before the key layer and the journal: a saga past the limits stores
+  // nothing at all.
+  Status within = CheckSubmitLimits(*spec, input, ctx.engine->options().limits);
+  if (!within.ok()) {
+    Problem(res, 422, "saga-too-large", "Saga exceeds a limit", within.message());
+    return std::nullopt;
+  }
   return Submission{std::move(spec).value(), std::move(input)};
 }
 
