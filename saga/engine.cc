@@ -64,6 +64,8 @@ Result<SubmitResult> Engine::Submit(const SagaSpec& spec, const Json& input,
   ns.intent_key = intent_key;
   ns.fingerprint = Fingerprint({{"spec", spec.raw}, {"input", input}});
   ns.spec_name = spec.name;
+  ns.spec_version = spec.registered_version;
+  ns.spec_sha256 = Fingerprint(spec.raw);
   ns.spec = spec.raw;
   ns.input = input;
   ns.state = SagaStateName(SagaState::kPending);
@@ -80,7 +82,12 @@ Result<SubmitResult> Engine::Submit(const SagaSpec& spec, const Json& input,
   storage::JournalEntry created;
   created.saga_id = ns.saga_id;
   created.event = "saga_created";
-  created.data = {{"intent_key", intent_key}, {"spec", spec.name}, {"fingerprint", ns.fingerprint}};
+  created.data = {
+      {"intent_key", intent_key},
+      {"spec", spec.name},
+      {"spec_version", spec.registered_version > 0 ? Json(spec.registered_version) : Json()},
+      {"spec_sha256", ns.spec_sha256},
+      {"fingerprint", ns.fingerprint}};
   created.at_ms = ns.created_ms;
   ns.journal.push_back(created);
   IDEM_FAILPOINT("intent.before_commit");

@@ -318,6 +318,10 @@ Result<Json> Resolve(const Json& templ, const Json& context, const std::string& 
       continue;
     }
     const Json* value = Lookup(context, segments);
+    if (value == nullptr && b != nullptr && b->skip_step_refs) {
+      if (pieces.size() == 1) return Json();  // the step reports it when it runs
+      continue;
+    }
     if (value == nullptr) return Error(path, RefText(p.text) + " has no value");
     // A string that is exactly one reference takes the value with its type.
     // Measured before it is copied (the quotes counted above stand in for

@@ -72,6 +72,9 @@ struct SagaSpec {
   std::string description;
   std::vector<StepSpec> steps;
   Json raw;  ///< the document as given
+  /// The version of a spec registry (the server's) this came from; 0 for a
+  /// spec given inline. Recorded on the saga with Fingerprint(raw).
+  int registered_version = 0;
 };
 
 /// Validates and parses a spec document against the tools in `tools`.
@@ -90,8 +93,9 @@ const std::string& SagaSchemaText();
 struct TemplateBudget {
   size_t max_bytes = std::numeric_limits<size_t>::max();
   std::string limit = "the limit";  ///< named in the error: "max_arg_bytes (1048576 bytes)"
-  /// References to steps resolve to nothing (null, or "" inside a string):
-  /// the submit-time check, before any step has run.
+  /// References to steps, and references without a value, resolve to
+  /// nothing (null, or "" inside a string): the submit-time check, before
+  /// any step has run (a missing value is the step's error when it runs).
   bool skip_step_refs = false;
   size_t used = 0;  ///< out: bytes resolved so far
 };

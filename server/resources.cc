@@ -18,13 +18,15 @@ std::string ClientKeyOf(const std::string& intent_key) {
 }
 
 Json SummaryView(const storage::SagaSummary& s) {
-  return {{"saga_id", s.saga_id},
-          {"intent_key", ClientKeyOf(s.intent_key)},
-          {"spec", s.spec_name},
-          {"state", s.state},
-          {"reason", s.reason},
-          {"created_at", FormatTimeMs(s.created_ms)},
-          {"updated_at", FormatTimeMs(s.updated_ms)}};
+  Json out = {{"saga_id", s.saga_id},
+              {"intent_key", ClientKeyOf(s.intent_key)},
+              {"spec", s.spec_name},
+              {"state", s.state},
+              {"reason", s.reason},
+              {"created_at", FormatTimeMs(s.created_ms)},
+              {"updated_at", FormatTimeMs(s.updated_ms)}};
+  AddSpecRef(s, &out);
+  return out;
 }
 
 Json SagaView(const storage::SagaRecord& rec, const std::vector<storage::EffectRecord>& effects) {

@@ -199,6 +199,10 @@ class PgStore : public Store, public KeyRecordStore, public SpecStore {
   Result<SpecPutOutcome> PutSpec(const StoredSpec& spec) override;
   Result<StoredSpec> GetSpec(const std::string& name, int version) override;
   Result<std::vector<StoredSpec>> ListSpecs() override;
+  Result<SpecOwner> ClaimSpecName(const SpecOwner& wanted) override;
+  Result<SpecOwner> GetSpecOwner(const std::string& name) override;
+  Result<std::vector<SpecOwner>> ListSpecOwners() override;
+  Status SetSpecShared(const std::string& name, bool shared) override;
 
   /// A snapshot of the recovery and Commit counters.
   PgStats Stats() const;
