@@ -1096,6 +1096,11 @@ Result<T> PgStore::Run(const std::string& op, Access access, Body&& body) {
 
 int PgStore::LatestSchemaVersion() { return kLatestVersion; }
 
+int PgStore::KnownSchemaVersions() {
+  return static_cast<int>(
+      std::count_if(kMigrations.begin(), kMigrations.end(), [](const char* m) { return m; }));
+}
+
 PgStore::PgStore(PgOptions options, std::unique_ptr<Pool> pool, int schema_version)
     : options_(std::move(options)),
       pool_(std::move(pool)),

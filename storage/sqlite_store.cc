@@ -341,6 +341,11 @@ void ReadSpecRef(SQLite::Statement& q, int first, SagaSummary* s) {
 
 int SqliteStore::LatestSchemaVersion() { return kLatestVersion; }
 
+int SqliteStore::KnownSchemaVersions() {
+  return static_cast<int>(
+      std::count_if(kMigrations.begin(), kMigrations.end(), [](const char* m) { return m; }));
+}
+
 SqliteStore::SqliteStore(std::unique_ptr<SQLite::Database> db,
                          std::unique_ptr<SQLite::Database> reader, int schema_version,
                          const SqliteOptions& options)

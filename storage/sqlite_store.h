@@ -119,6 +119,9 @@ class SqliteStore : public Store, public KeyRecordStore, public SpecStore {
 
   /// The schema version this build migrates databases to.
   static int LatestSchemaVersion();
+  /// How many versions up to it this build has (less while a parallel
+  /// branch's migration is not merged): the rows of schema_migrations.
+  static int KnownSchemaVersions();
 
   ~SqliteStore() override;
   SqliteStore(const SqliteStore&) = delete;
