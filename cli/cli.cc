@@ -164,6 +164,7 @@ Json SagaToJson(const storage::SagaRecord& rec, const std::vector<storage::Effec
               {"steps", steps},
               {"effects", effs}};
   if (auto code = SagaParkCode(rec.summary)) out["park_code"] = *code;
+  AddSpecRef(rec.summary, &out);
   if (journal != nullptr) {
     Json j = Json::array();
     for (const auto& e : *journal) {
@@ -181,7 +182,7 @@ Json SagaToJson(const storage::SagaRecord& rec, const std::vector<storage::Effec
 void PrintSagaText(const storage::SagaRecord& rec) {
   std::printf("saga     %s\n", rec.summary.saga_id.c_str());
   std::printf("intent   %s\n", rec.summary.intent_key.c_str());
-  std::printf("spec     %s\n", rec.summary.spec_name.c_str());
+  std::printf("spec     %s\n", SpecRefText(rec.summary).c_str());
   std::printf("state    %s\n", rec.summary.state.c_str());
   if (!rec.summary.reason.empty()) std::printf("reason   %s\n", rec.summary.reason.c_str());
   std::printf("steps\n");
@@ -256,6 +257,8 @@ Result<Json> ReadInput(const std::string& text) {
 
 // The store this process was pointed at (set once, after parsing).
 std::string g_store_locator;
+// --max-steps, --max-arg-bytes, --max-saga-bytes (saga/limits.h).
+SagaLimits g_limits;
 
 bool IsPostgres(const std::string& locator) {
   return locator.rfind("postgresql://", 0) == 0 || locator.rfind("postgres://", 0) == 0;
@@ -289,6 +292,7 @@ EngineOptions LiveEngineOptions(bool live, const preview_commit::TokenSigner* si
   // The embedded store has one driving process (DriverLock); PostgreSQL
   // shares sagas between processes through leases.
   eo.use_leases = IsPostgres(g_store_locator);
+  eo.limits = g_limits;
   eo.observer = observability::WithJournalLog(live ? PrintTimelineLine : nullptr);
   eo.signer = signer;
   return eo;
@@ -643,6 +647,7 @@ int CmdServe(const Options& o, const ToolRegistry& tools, storage::Store* store,
   so.insecure_no_auth = o.insecure_no_auth;
   so.workers = o.workers;
   so.use_leases = IsPostgres(g_store_locator);
+  so.limits = g_limits;
   if (!o.state_path.empty()) {
     // Deprecated for one release: server state lives in the journal's store.
     std::fprintf(stderr,
@@ -719,6 +724,14 @@ int RunCli(int argc, char** argv, const FrontendConfig& config) {
                  "trace, debug, info, warn, error, critical or off (default: info for serve "
                  "and worker, off for the other commands)")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "critical", "off"}));
+  app.add_option("--max-steps", g_limits.max_steps, "steps a submitted saga may have (default 100)")
+      ->check(CLI::Range(1, 100));
+  app.add_option("--max-arg-bytes", g_limits.max_arg_bytes,
+                 "resolved arguments of one tool call, in bytes (default 1 MiB)")
+      ->check(CLI::Range(size_t{1}, size_t{1} << 30));
+  app.add_option("--max-saga-bytes", g_limits.max_saga_bytes,
+                 "a saga's input and all resolved arguments, in bytes (default 8 MiB)")
+      ->check(CLI::Range(size_t{1}, size_t{1} << 32));
   if (config.add_options) config.add_options(app);
 
   auto* validate =

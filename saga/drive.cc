@@ -80,7 +80,7 @@ Result<StepEnd> DriveStepOnce(SagaRun* run, int index) {
     case StepState::kNeedsAttention:
       return StepEnd::kParked;
     case StepState::kPlanned: {
-      auto args = run->ResolveArgs(spec.args, "steps[" + std::to_string(index) + "].args");
+      auto args = run->ResolveStepArgs(index);
       if (!args.ok()) {
         // No drive will find the value: a person decides (saga/park.h).
         d.st.error = BlockedReason(TemplateParkCode(args.status()), args.status().message());

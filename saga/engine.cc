@@ -80,11 +80,14 @@ Result<SubmitResult> Engine::Submit(const SagaSpec& spec, const Json& input,
   if (intent_key.empty()) return Status::InvalidArgument("intent key: must not be empty");
   if (intent_key.size() > 255) return Status::InvalidArgument("intent key: longer than 255 bytes");
   if (!input.is_object()) return Status::InvalidArgument("input: expected a JSON object");
+  IDEM_RETURN_IF_ERROR(CheckSubmitLimits(spec, input, options_.limits));
   storage::NewSaga ns;
   ns.saga_id = NewId("sg_");
   ns.intent_key = intent_key;
   ns.fingerprint = Fingerprint({{"spec", spec.raw}, {"input", input}});
   ns.spec_name = spec.name;
+  ns.spec_version = spec.registered_version;
+  ns.spec_sha256 = Fingerprint(spec.raw);
   ns.spec = spec.raw;
   ns.input = input;
   ns.state = SagaStateName(SagaState::kPending);
@@ -101,7 +104,12 @@ Result<SubmitResult> Engine::Submit(const SagaSpec& spec, const Json& input,
   storage::JournalEntry created;
   created.saga_id = ns.saga_id;
   created.event = "saga_created";
-  created.data = {{"intent_key", intent_key}, {"spec", spec.name}, {"fingerprint", ns.fingerprint}};
+  created.data = {
+      {"intent_key", intent_key},
+      {"spec", spec.name},
+      {"spec_version", spec.registered_version > 0 ? Json(spec.registered_version) : Json()},
+      {"spec_sha256", ns.spec_sha256},
+      {"fingerprint", ns.fingerprint}};
   created.at_ms = ns.created_ms;
   ns.journal.push_back(created);
   IDEM_FAILPOINT("intent.before_commit");

@@ -134,6 +134,7 @@ class Engine {
   /// Neither pointer is owned; both must outlive the engine.
   Engine(storage::Store* store, const ToolRegistry* tools, EngineOptions options = {});
   ~Engine();  ///< stops the lease renewer's thread
+  const EngineOptions& options() const { return options_; }
   /// Neither copyable nor movable: it owns the lease renewer's thread, and
   /// drives in progress refer to it.
   Engine(const Engine&) = delete;
@@ -143,7 +144,8 @@ class Engine {
 
   /// Records the intent and its saga (pending). The same intent key with the
   /// same spec and input returns the existing saga; with other content,
-  /// kConflict. An empty key is kInvalidArgument.
+  /// kConflict. An empty key is kInvalidArgument, and so is a saga past
+  /// options.limits (CheckSubmitLimits: nothing is written).
   Result<SubmitResult> Submit(const SagaSpec& spec, const Json& input,
                               const std::string& intent_key);
 

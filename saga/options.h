@@ -12,6 +12,7 @@
 #include <string>
 #include <string_view>
 
+#include "saga/limits.h"
 #include "storage/store.h"
 #include "tools/tool.h"
 
@@ -43,6 +44,9 @@ struct EngineOptions {
   const preview_commit::TokenSigner* signer = nullptr;
   /// Lifetime of the commit token of a two-phase step without approval.
   int64_t commit_token_ttl_ms = 3'600'000;
+  /// Bounds on steps and on what templates expand to (saga/limits.h),
+  /// checked at Submit and before each step's arguments are journaled.
+  SagaLimits limits;
   /// Leases: every drive of a saga holds its lease (renewed in the
   /// background every lease_ms / 3) and every write is fenced on its epoch.
   /// `owner` names this engine in the store (default: a fresh id).

@@ -243,12 +243,33 @@ Result<StepDrive> SagaRun::BeginStep(int index, bool rolling_back) {
   return d;
 }
 
-Result<Json> SagaRun::ResolveArgs(const Json& templ, const std::string& where) const {
+namespace {
+
+// What templates see: {"input": ..., "steps": {"<id>": {"args", "result"}}}.
+Json TemplateContext(const storage::SagaRecord& rec) {
   Json steps = Json::object();
-  for (const StepRecord& st : rec_.steps) {
+  for (const StepRecord& st : rec.steps) {
     steps[st.step_id] = {{"args", st.args}, {"result", st.result}};
   }
-  return ResolveTemplates(templ, {{"input", rec_.input}, {"steps", steps}}, where);
+  return {{"input", rec.input}, {"steps", steps}};
+}
+
+}  // namespace
+
+Result<Json> SagaRun::ResolveArgs(const Json& templ, const std::string& where) const {
+  return ResolveWithinLimits(templ, TemplateContext(rec_), where, options_.limits);
+}
+
+Result<Json> SagaRun::ResolveStepArgs(int index) const {
+  const SagaLimits& limits = options_.limits;
+  size_t used = JsonBytes(rec_.input, limits.max_saga_bytes);
+  for (size_t i = 0; i < rec_.steps.size(); ++i) {
+    if (static_cast<int>(i) == index || step_states_[i] == StepState::kPlanned) continue;
+    used += JsonBytes(rec_.steps[i].args, limits.max_saga_bytes);
+  }
+  const size_t room = used < limits.max_saga_bytes ? limits.max_saga_bytes - used : 0;
+  return ResolveWithinLimits(spec_.steps[index].args, TemplateContext(rec_),
+                             "steps[" + std::to_string(index) + "].args", limits, room);
 }
 
 Result<StepEnd> SagaRun::SettleUncertain(StepDrive* d) {

@@ -182,8 +182,13 @@ class SagaRun {
   /// Step `index` ready to drive: its tool, its machine in its state.
   /// kFailedPrecondition if the tool is not registered.
   Result<StepDrive> BeginStep(int index, bool rolling_back);
-  /// Resolves `templ` against the saga's input and the steps so far.
+  /// Resolves `templ` against the saga's input and the steps so far, within
+  /// options().limits.max_arg_bytes (saga/limits.h).
   Result<Json> ResolveArgs(const Json& templ, const std::string& where) const;
+  /// A forward step's arguments: ResolveArgs, also within what
+  /// max_saga_bytes leaves beside the input and the arguments of the steps
+  /// already submitted. A breach is kInvalidArgument naming the place.
+  Result<Json> ResolveStepArgs(int index) const;
   /// A step found `submitted` or `unknown` (after a crash, a lost lease, or
   /// a rollback reaching it): resolves the outcome, then runs the commands.
   Result<StepEnd> SettleUncertain(StepDrive* d);

@@ -7,6 +7,7 @@
 #include <memory>
 #include <utility>
 
+#include "saga/limits.h"
 #include "saga/schema_text.h"
 
 #include <valijson/adapters/nlohmann_json_adapter.hpp>
@@ -254,45 +255,82 @@ Status CheckTemplates(const Json& v, const RefScope& scope, const std::string& p
   return Status::Ok();
 }
 
-Result<Json> Resolve(const Json& templ, const Json& context, const std::string& path, int depth) {
+/// Counts `n` resolved bytes at `path` against the budget (none: no bound).
+Status Spend(TemplateBudget* b, size_t n, const std::string& path) {
+  if (b == nullptr) return Status::Ok();
+  b->used += n;
+  if (b->used > b->max_bytes) {
+    return Error(path, "resolved arguments exceed " + b->limit);
+  }
+  return Status::Ok();
+}
+
+Result<Json> Resolve(const Json& templ, const Json& context, const std::string& path, int depth,
+                     TemplateBudget* b) {
   if (depth > kMaxDepth) {
     return Error(path, "nested deeper than " + std::to_string(kMaxDepth) + " levels");
   }
   if (templ.is_object()) {
+    IDEM_RETURN_IF_ERROR(Spend(b, 2, path));
     Json out = Json::object();
     for (auto it = templ.begin(); it != templ.end(); ++it) {
-      Result<Json> r = Resolve(it.value(), context, JoinKey(path, it.key()), depth + 1);
+      const std::string at = JoinKey(path, it.key());
+      IDEM_RETURN_IF_ERROR(Spend(b, it.key().size() + (it == templ.begin() ? 3 : 4), at));
+      Result<Json> r = Resolve(it.value(), context, at, depth + 1, b);
       if (!r.ok()) return r.status();
       out[it.key()] = std::move(r).value();
     }
     return out;
   }
   if (templ.is_array()) {
+    IDEM_RETURN_IF_ERROR(Spend(b, 2, path));
     Json out = Json::array();
     for (size_t i = 0; i < templ.size(); ++i) {
-      Result<Json> r = Resolve(templ[i], context, JoinIndex(path, i), depth + 1);
+      const std::string at = JoinIndex(path, i);
+      if (i > 0) IDEM_RETURN_IF_ERROR(Spend(b, 1, at));
+      Result<Json> r = Resolve(templ[i], context, at, depth + 1, b);
       if (!r.ok()) return r.status();
       out.push_back(std::move(r).value());
     }
     return out;
   }
-  if (!templ.is_string()) return templ;
+  if (!templ.is_string()) {
+    IDEM_RETURN_IF_ERROR(Spend(b, JsonBytes(templ), path));
+    return templ;
+  }
 
   const auto& s = templ.get_ref<const std::string&>();
   std::vector<Piece> pieces;
   std::string problem;
   if (!SplitTemplate(s, &pieces, &problem)) return Error(path, problem);
+  IDEM_RETURN_IF_ERROR(Spend(b, 2, path));  // the quotes
   std::string text;
   for (const Piece& p : pieces) {
     if (!p.is_ref) {
+      IDEM_RETURN_IF_ERROR(Spend(b, p.text.size(), path));
       text += p.text;
       continue;
     }
     std::vector<std::string> segments;
     if (!SplitRef(p.text, &segments)) return Error(path, "bad reference " + RefText(p.text));
+    if (b != nullptr && b->skip_step_refs && segments[0] == "steps") {
+      if (pieces.size() == 1) return Json();  // checked when the step runs
+      continue;
+    }
     const Json* value = Lookup(context, segments);
+    if (value == nullptr && b != nullptr && b->skip_step_refs) {
+      if (pieces.size() == 1) return Json();  // the step reports it when it runs
+      continue;
+    }
     if (value == nullptr) return Error(path, RefText(p.text) + " has no value");
     // A string that is exactly one reference takes the value with its type.
+    // Measured before it is copied (the quotes counted above stand in for
+    // a string's own; close enough for a bound).
+    if (b != nullptr) {
+      const size_t room = b->max_bytes >= b->used ? b->max_bytes - b->used : 0;
+      const size_t n = JsonBytes(*value, room);
+      IDEM_RETURN_IF_ERROR(Spend(b, value->is_string() && n >= 2 ? n - 2 : n, path));
+    }
     if (pieces.size() == 1) return *value;
     text += ValueText(*value);
   }
@@ -770,9 +808,10 @@ const std::string& SagaSchemaText() {
   return *text;
 }
 
-Result<Json> ResolveTemplates(const Json& templ, const Json& context, const std::string& where) {
+Result<Json> ResolveTemplates(const Json& templ, const Json& context, const std::string& where,
+                              TemplateBudget* budget) {
   try {
-    return Resolve(templ, context, where, 0);
+    return Resolve(templ, context, where, 0, budget);
   } catch (const std::exception& e) {
     return Status::Internal(Place(where) + ": unexpected error: " + e.what());
   }

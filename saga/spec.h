@@ -22,6 +22,8 @@
 //
 // Thread safety: functions are pure.
 
+#include <cstddef>
+#include <limits>
 #include <optional>
 #include <string>
 #include <vector>
@@ -70,6 +72,9 @@ struct SagaSpec {
   std::string description;
   std::vector<StepSpec> steps;
   Json raw;  ///< the document as given
+  /// The version of a spec registry (the server's) this came from; 0 for a
+  /// spec given inline. Recorded on the saga with Fingerprint(raw).
+  int registered_version = 0;
 };
 
 /// Validates and parses a spec document against the tools in `tools`.
@@ -82,10 +87,24 @@ Result<SagaSpec> ParseSpecText(const std::string& text, const ToolRegistry& tool
 /// The JSON Schema text (schema/saga.schema.json, compiled in).
 const std::string& SagaSchemaText();
 
+/// A bound on what templates expand to (saga/limits.h). Resolution stops with
+/// kInvalidArgument at the place where the resolved size (JsonBytes) passes
+/// max_bytes, before the oversized value is built.
+struct TemplateBudget {
+  size_t max_bytes = std::numeric_limits<size_t>::max();
+  std::string limit = "the limit";  ///< named in the error: "max_arg_bytes (1048576 bytes)"
+  /// References to steps, and references without a value, resolve to
+  /// nothing (null, or "" inside a string): the submit-time check, before
+  /// any step has run (a missing value is the step's error when it runs).
+  bool skip_step_refs = false;
+  size_t used = 0;  ///< out: bytes resolved so far
+};
+
 /// Resolves templates in `templ` against `context`, a document of the shape
 /// {"input": ..., "steps": {"<id>": {"args": ..., "result": ...}}}.
-/// `where` prefixes errors ("steps[1].args").
-Result<Json> ResolveTemplates(const Json& templ, const Json& context, const std::string& where);
+/// `where` prefixes errors ("steps[1].args"). With a `budget`, within it.
+Result<Json> ResolveTemplates(const Json& templ, const Json& context, const std::string& where,
+                              TemplateBudget* budget = nullptr);
 
 /// The references in every template string of `templ` (values only, at any
 /// depth), as written without `${ }` ("steps.pay.result.id"), in document

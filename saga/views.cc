@@ -59,4 +59,16 @@ std::optional<Json> ApprovalView(const std::string& saga_id, const storage::Step
               {"token", phase->token}};
 }
 
+void AddSpecRef(const storage::SagaSummary& s, Json* view) {
+  (*view)["spec_version"] = s.spec_version > 0 ? Json(s.spec_version) : Json();
+  (*view)["spec_sha256"] = s.spec_sha256;
+}
+
+std::string SpecRefText(const storage::SagaSummary& s) {
+  std::string out = s.spec_name;
+  out += s.spec_version > 0 ? " version " + std::to_string(s.spec_version) : " (inline)";
+  if (!s.spec_sha256.empty()) out += " " + s.spec_sha256;
+  return out;
+}
+
 }  // namespace idem

@@ -25,6 +25,14 @@ std::optional<std::string> SagaParkCode(const storage::SagaSummary& saga);
 /// An effect recorded in the journal.
 Json EffectView(const storage::EffectRecord& e);
 
+/// Which spec a saga runs, added to a saga's view: "spec_version" (the
+/// registry's version, null for a spec given inline) and "spec_sha256"
+/// ("sha256:<hex>" of its canonical text; "" for sagas older than schema 7).
+void AddSpecRef(const storage::SagaSummary& s, Json* view);
+
+/// The same as text: `travel version 3 sha256:...`, or `travel (inline) sha256:...`.
+std::string SpecRefText(const storage::SagaSummary& s);
+
 /// A commit waiting for a person (the step is awaiting_approval with its
 /// preview), for approvers: saga, step, tool, arguments, preview, deadline
 /// and the commit token. Nullopt for any other step.

@@ -44,6 +44,8 @@ void PutSpec(ServerContext& ctx, const HttpRequest& req, HttpResponse& res);
 void ListSpecs(ServerContext& ctx, const HttpRequest& req, HttpResponse& res);
 /// GET /v1/specs/{name}?version=N
 void GetSpec(ServerContext& ctx, const HttpRequest& req, HttpResponse& res);
+/// The 403 problem for a spec of another caller that is not shared.
+void NotShared(HttpResponse& res, const std::string& name);
 
 // ---- approvals (approvals.cc)
 

@@ -26,6 +26,7 @@ Json SummaryView(const storage::SagaSummary& s) {
               {"created_at", FormatTimeMs(s.created_ms)},
               {"updated_at", FormatTimeMs(s.updated_ms)}};
   if (auto code = SagaParkCode(s)) out["park_code"] = *code;
+  AddSpecRef(s, &out);
   return out;
 }
 

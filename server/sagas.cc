@@ -41,16 +41,16 @@ struct Submission {
 };
 
 // The spec and input of a submission, or a 400/422 problem.
-std::optional<Submission> ReadSubmission(const ServerContext& ctx, const Json& body,
-                                         HttpResponse& res) {
+std::optional<Submission> ReadSubmission(const ServerContext& ctx, const Principal& p,
+                                         const Json& body, HttpResponse& res) {
   if (!body.is_object()) {
     Problem(res, 400, "invalid-request", "Invalid request", "body: expected a JSON object");
     return std::nullopt;
   }
   for (const auto& [k, v] : body.items()) {
-    if (k != "spec" && k != "input") {
+    if (k != "spec" && k != "input" && k != "version") {
       Problem(res, 400, "invalid-request", "Invalid request",
-              "body: unknown field \"" + k + "\" (expected spec, input)");
+              "body: unknown field \"" + k + "\" (expected spec, input, version)");
       return std::nullopt;
     }
   }
@@ -66,6 +66,13 @@ std::optional<Submission> ReadSubmission(const ServerContext& ctx, const Json& b
     return std::nullopt;
   }
   Json doc = body["spec"];
+  int registered_version = 0;
+  if (body.contains("version") && (!doc.is_string() || !body["version"].is_number_integer() ||
+                                   body["version"] < 1 || body["version"] > 999'999'999)) {
+    Problem(res, 400, "invalid-request", "Invalid request",
+            "version: a positive integer, with the name of a registered spec");
+    return std::nullopt;
+  }
   if (doc.is_string()) {
     std::string ref = doc.get<std::string>();
     std::string name = ref;
@@ -81,6 +88,25 @@ std::optional<Submission> ReadSubmission(const ServerContext& ctx, const Json& b
         version = -1;
       }
     }
+    if (body.contains("version")) {
+      if (at != std::string::npos) {
+        Problem(res, 400, "invalid-request", "Invalid request",
+                "version: given twice (in \"spec\" and \"version\")");
+        return std::nullopt;
+      }
+      version = body["version"].get<int>();
+    }
+    // The name's owner decides who may run it: the owner, or everyone once
+    // shared. A name that is not registered is unknown, as before.
+    auto owner = ctx.specs->Owner(name);
+    if (owner.ok() && !SpecRegistry::MayUse(*owner, p.name)) {
+      NotShared(res, name);
+      return std::nullopt;
+    }
+    if (!owner.ok() && owner.status().code() != Code::kNotFound) {
+      ProblemFor(res, owner.status());
+      return std::nullopt;
+    }
     auto found = version < 0 ? Result<SpecVersion>(Status::NotFound("bad version"))
                              : ctx.specs->Get(name, version);
     if (!found.ok()) {
@@ -93,10 +119,19 @@ std::optional<Submission> ReadSubmission(const ServerContext& ctx, const Json& b
       return std::nullopt;
     }
     doc = found->doc;
+    registered_version = found->version;
   }
   auto spec = ParseSpec(doc, *ctx.tools);
   if (!spec.ok()) {
     Problem(res, 422, "invalid-spec", "Invalid saga spec", spec.status().message());
+    return std::nullopt;
+  }
+  spec->registered_version = registered_version;
+  // Before the key layer and the journal: a saga past the limits stores
+  // nothing at all.
+  Status within = CheckSubmitLimits(*spec, input, ctx.engine->options().limits);
+  if (!within.ok()) {
+    Problem(res, 422, "saga-too-large", "Saga exceeds a limit", within.message());
     return std::nullopt;
   }
   return Submission{std::move(spec).value(), std::move(input)};
@@ -129,7 +164,7 @@ void PostSaga(ServerContext& ctx, const HttpRequest& req, HttpResponse& res) {
   // Validated before the key layer: a malformed request stores nothing.
   auto body = ReadJsonBody(req, res, ctx.options->max_json_depth);
   if (!body) return;
-  auto sub = ReadSubmission(ctx, *body, res);
+  auto sub = ReadSubmission(ctx, *p, *body, res);
   if (!sub) return;
   const size_t max_key = MaxIdempotencyKeyLength();
   if (req.HasHeader("Idempotency-Key") &&

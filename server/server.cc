@@ -102,6 +102,7 @@ Result<std::unique_ptr<Server>> Server::Create(storage::Store* store, const Tool
   eo.use_leases = o.use_leases;
   eo.owner = o.owner;
   eo.lease_ms = o.lease_ms;
+  eo.limits = o.limits;
   eo.stop = &impl->stop_flag;
   eo.observer = observability::WithJournalLog(nullptr);
   observability::ReportTo(&raw->metrics, store, &eo);

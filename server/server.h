@@ -59,6 +59,7 @@
 #include <vector>
 
 #include "preview_commit/token.h"
+#include "saga/limits.h"
 #include "storage/store.h"
 #include "tools/tool.h"
 
@@ -122,6 +123,9 @@ struct ServerOptions {
   /// Mints and checks commit tokens; not owned; required for approvals.
   const preview_commit::TokenSigner* signer = nullptr;
   Clock* clock = nullptr;  ///< nullptr: SystemClock::Get()
+  /// Steps and sizes a submitted saga may have (saga/limits.h); past them
+  /// POST /v1/sagas is 422 saga-too-large and nothing is written.
+  SagaLimits limits;
 };
 
 class Server {

@@ -21,4 +21,18 @@ Result<SpecVersion> SpecRegistry::Get(const std::string& name, int version) {
 
 Result<std::vector<SpecVersion>> SpecRegistry::List() { return specs_->ListSpecs(); }
 
+Result<storage::SpecOwner> SpecRegistry::Claim(const std::string& name, const std::string& by) {
+  return specs_->ClaimSpecName({name, by, false, clock_->NowMs()});
+}
+
+Result<storage::SpecOwner> SpecRegistry::Owner(const std::string& name) {
+  return specs_->GetSpecOwner(name);
+}
+
+Result<std::vector<storage::SpecOwner>> SpecRegistry::Owners() { return specs_->ListSpecOwners(); }
+
+Status SpecRegistry::SetShared(const std::string& name, bool shared) {
+  return specs_->SetSpecShared(name, shared);
+}
+
 }  // namespace idem::server

@@ -6,6 +6,12 @@
 // version that exists with the same canonical document is a no-op (created
 // false); with another document, kConflict.
 //
+// Owners (issue 12, item 6): a name belongs to the caller whose put created
+// it (Claim). Only the owner adds versions; the owner may share the name, and
+// then every caller may read and run it (MayUse). Without an auth file every
+// caller is "anonymous", which owns every name it registers: one registry,
+// as before owners.
+//
 // Storage: a storage::SpecStore (storage/server_state.h), the table
 // `server_specs` in the journal's database, so that every server on one
 // database knows the same specs.
@@ -43,6 +49,17 @@ class SpecRegistry {
   Result<SpecVersion> Get(const std::string& name, int version);
   /// Every version of every spec, by name then version.
   Result<std::vector<SpecVersion>> List();
+
+  /// Claims `name` for `by` unless it has an owner; the owner as stored.
+  Result<storage::SpecOwner> Claim(const std::string& name, const std::string& by);
+  /// kNotFound when the name has no owner.
+  Result<storage::SpecOwner> Owner(const std::string& name);
+  Result<std::vector<storage::SpecOwner>> Owners();
+  Status SetShared(const std::string& name, bool shared);
+  /// True when `caller` may read and run the specs of `owner`'s name.
+  static bool MayUse(const storage::SpecOwner& owner, const std::string& caller) {
+    return owner.shared || owner.owner == caller;
+  }
 
  private:
   storage::SpecStore* const specs_;

@@ -92,7 +92,8 @@ constexpr Statement kSelectIntent = {
 constexpr Statement kInsertSaga = {
     "insert_saga",
     "INSERT INTO sagas (saga_id, intent_key, fingerprint, spec_name, spec, input, state, reason,"
-    " created_ms, updated_ms) VALUES ($1, $2, $3, $4, $5, $6, $7, '', $8, $8)"};
+    " created_ms, updated_ms, spec_version, spec_sha256)"
+    " VALUES ($1, $2, $3, $4, $5, $6, $7, '', $8, $8, NULLIF($9, 0), $10)"};
 constexpr Statement kInsertStep = {
     "insert_step",
     "INSERT INTO steps (saga_id, idx, step_id, tool, state, attempt, step_key, updated_ms)"
@@ -162,7 +163,8 @@ constexpr Statement kSelectSagaWithSteps = {
     " CASE WHEN row_number() OVER (ORDER BY t.idx) = 1 THEN s.spec END,"
     " CASE WHEN row_number() OVER (ORDER BY t.idx) = 1 THEN s.input END,"
     " t.idx, t.step_id, t.tool, t.state, t.attempt, t.step_key, t.args, t.args_fingerprint,"
-    " t.result, t.external_ref, t.error, t.comp_attempt, t.comp_result, t.updated_ms, t.phase"
+    " t.result, t.external_ref, t.error, t.comp_attempt, t.comp_result, t.updated_ms, t.phase,"
+    " s.spec_version, s.spec_sha256"
     " FROM sagas s LEFT JOIN steps t ON t.saga_id = s.saga_id WHERE s.saga_id = $1"
     " ORDER BY t.idx"};
 // No rows: no such saga; one row with a NULL seq: no entries.
@@ -231,6 +233,16 @@ constexpr Statement kInsertSpec = {
   "SELECT name, version, doc, fingerprint, created_ms, created_by FROM server_specs"
 constexpr Statement kSelectSpec = {"select_spec",
                                    IDEM_PG_SPEC_COLUMNS " WHERE name = $1 AND version = $2"};
+constexpr Statement kClaimSpecName = {
+    "claim_spec_name",
+    "INSERT INTO spec_owners (name, owner, shared, created_ms) VALUES ($1, $2, $3, $4)"
+    " ON CONFLICT (name) DO NOTHING RETURNING txid_current()"};
+#define IDEM_PG_OWNER_COLUMNS "SELECT name, owner, shared, created_ms FROM spec_owners"
+constexpr Statement kSelectSpecOwner = {"select_spec_owner",
+                                        IDEM_PG_OWNER_COLUMNS " WHERE name = $1"};
+constexpr Statement kSetSpecShared = {
+    "set_spec_shared",
+    "UPDATE spec_owners SET shared = $2 WHERE name = $1 RETURNING txid_current()"};
 
 // Control requests (storage/control_store.h).
 constexpr Statement kInsertControl = {
@@ -282,6 +294,9 @@ constexpr std::array kWriteStatements = {
     kLockControl,
     kReplaceControl,
     kSettleControl,
+    kClaimSpecName,
+    kSelectSpecOwner,
+    kSetSpecShared,
 };
 
 // ---- Errors -----------------------------------------------------------------
@@ -384,6 +399,12 @@ SagaSummary ReadSummary(const pqxx::row& r) {
   s.created_ms = r[5].as<int64_t>();
   s.updated_ms = r[6].as<int64_t>();
   return s;
+}
+
+// The spec a saga runs (spec_version, spec_sha256 at `first`): schema 7.
+void ReadSpecRef(const pqxx::row& r, int first, SagaSummary* s) {
+  s->spec_version = r[first].is_null() ? 0 : r[first].as<int>();
+  s->spec_sha256 = FieldText(r[first + 1]);
 }
 
 Status SagaNotFound(const std::string& saga_id) {
@@ -1096,6 +1117,11 @@ Result<T> PgStore::Run(const std::string& op, Access access, Body&& body) {
 
 int PgStore::LatestSchemaVersion() { return kLatestVersion; }
 
+int PgStore::KnownSchemaVersions() {
+  return static_cast<int>(
+      std::count_if(kMigrations.begin(), kMigrations.end(), [](const char* m) { return m; }));
+}
+
 PgStore::PgStore(PgOptions options, std::unique_ptr<Pool> pool, int schema_version)
     : options_(std::move(options)),
       pool_(std::move(pool)),
@@ -1111,8 +1137,10 @@ namespace {
 // Applies pending migrations, each in its own transaction holding the
 // migration lock and re-reading the version, so that concurrent openers apply
 // each script exactly once. Returns the resulting version.
+// By set, not by the highest version, as on SQLite: a version merged after a
+// later one is still applied.
 Result<int> Migrate(pqxx::connection_base& conn, Clock* clock) {
-  for (;;) {
+  for (int next = 1;; ++next) {
     pqxx::work tx(conn);
     tx.exec_params("SELECT pg_advisory_xact_lock($1)", kMigrationLockKey);
     if (tx.exec("SELECT to_regclass('schema_migrations') IS NULL")[0][0].as<bool>()) {
@@ -1124,13 +1152,17 @@ Result<int> Migrate(pqxx::connection_base& conn, Clock* clock) {
     int version =
         tx.exec("SELECT COALESCE(MAX(version), 0) FROM schema_migrations")[0][0].as<int>();
     if (version > kLatestVersion) return TooNew(version);
-    if (version == kLatestVersion) {
+    if (next > kLatestVersion) {
       tx.commit();
       return version;
     }
-    tx.exec(kMigrations[version]);
-    tx.exec_params("INSERT INTO schema_migrations (version, applied_at) VALUES ($1, $2)",
-                   version + 1, static_cast<int64_t>(clock->NowMs()));
+    const bool applied =
+        !tx.exec_params("SELECT 1 FROM schema_migrations WHERE version = $1", next).empty();
+    if (!applied && kMigrations[next - 1] != nullptr) {
+      tx.exec(kMigrations[next - 1]);
+      tx.exec_params("INSERT INTO schema_migrations (version, applied_at) VALUES ($1, $2)", next,
+                     static_cast<int64_t>(clock->NowMs()));
+    }
     tx.commit();
   }
 }
@@ -1216,6 +1248,7 @@ Result<CreateOutcome> PgStore::CreateIntent(const NewSaga& saga) {
   IDEM_RETURN_IF_ERROR(CheckText(saga.intent_key, "CreateIntent: intent_key"));
   IDEM_RETURN_IF_ERROR(CheckText(saga.fingerprint, "CreateIntent: fingerprint"));
   IDEM_RETURN_IF_ERROR(CheckText(saga.spec_name, "CreateIntent: spec_name"));
+  IDEM_RETURN_IF_ERROR(CheckText(saga.spec_sha256, "CreateIntent: spec_sha256"));
   IDEM_RETURN_IF_ERROR(CheckText(saga.state, "CreateIntent: state"));
   for (size_t i = 0; i < saga.steps.size(); ++i) {
     const NewStep& s = saga.steps[i];
@@ -1258,7 +1291,8 @@ Result<CreateOutcome> PgStore::CreateIntent(const NewSaga& saga) {
         p.Add(kInsertIntent, saga.intent_key, saga.fingerprint, saga.saga_id,
               static_cast<int64_t>(saga.created_ms));
         p.Add(kInsertSaga, saga.saga_id, saga.intent_key, saga.fingerprint, saga.spec_name,
-              saga.spec, saga.input, saga.state, static_cast<int64_t>(saga.created_ms));
+              saga.spec, saga.input, saga.state, static_cast<int64_t>(saga.created_ms),
+              saga.spec_version, saga.spec_sha256);
         for (const NewStep& step : saga.steps) {
           p.Add(kInsertStep, saga.saga_id, step.index, step.step_id, step.tool, step.state,
                 step.step_key, static_cast<int64_t>(saga.created_ms));
@@ -1782,6 +1816,7 @@ Result<SagaRecord> PgStore::LoadSaga(const std::string& saga_id) {
                            rec.fingerprint = FieldText(q[0][7]);
                            rec.spec = FieldJson(q[0][8], "sagas.spec");
                            rec.input = FieldJson(q[0][9], "sagas.input");
+                           ReadSpecRef(q[0], 25, &rec.summary);
                            for (const pqxx::row& r : q) {
                              if (r[10].is_null()) continue;  // no steps
                              StepRecord s;
@@ -1821,7 +1856,8 @@ Result<std::vector<SagaSummary>> PgStore::ListSagas(const SagaFilter& filter) {
 
   // Only placeholders are appended, one per state; the values are bound.
   std::string sql =
-      "SELECT saga_id, intent_key, spec_name, state, reason, created_ms, updated_ms FROM sagas";
+      "SELECT saga_id, intent_key, spec_name, state, reason, created_ms, updated_ms,"
+      " spec_version, spec_sha256 FROM sagas";
   int n = 0;
   if (!states.empty()) {
     sql += " WHERE state IN (";
@@ -1840,6 +1876,7 @@ Result<std::vector<SagaSummary>> PgStore::ListSagas(const SagaFilter& filter) {
         for (const pqxx::row& r :
              tx.exec_params(sql, pqxx::prepare::make_dynamic_params(states), filter.limit)) {
           out.push_back(ReadSummary(r));
+          ReadSpecRef(r, 7, &out.back());
         }
         return out;
       });
@@ -2299,6 +2336,82 @@ Result<std::vector<ControlRequest>> PgStore::ListControls(int limit) {
         }
         return out;
       });
+}
+
+namespace {
+
+SpecOwner ReadOwner(const std::string& name, const std::string& owner, int64_t shared,
+                    int64_t created_ms) {
+  return SpecOwner{name, owner, shared != 0, created_ms};
+}
+
+Status NoOwner(const std::string& name) { return Status::NotFound("no spec " + name); }
+
+}  // namespace
+
+Result<SpecOwner> PgStore::ClaimSpecName(const SpecOwner& wanted) {
+  IDEM_RETURN_IF_ERROR(
+      CheckTexts("spec registry: ", {{&wanted.name, "spec name"}, {&wanted.owner, "owner"}}));
+  return Run<SpecOwner>(
+      "spec registry", Access::kWrite, [&](WriteTx& tx, WriteNote* note) -> Result<SpecOwner> {
+        // The INSERT is the claim; the SELECT after it sees the winner's row.
+        Pipe p(tx);
+        p.Add(kClaimSpecName, wanted.name, wanted.owner, wanted.shared ? 1 : 0, wanted.created_ms);
+        p.Add(kSelectSpecOwner, wanted.name);
+        std::vector<Reply> got = p.Run();
+        ThrowFirstError(p, tx.raw(), got);
+        if (got[0].rows() == 1) {
+          note->txid = got[0].i64(0, 0);
+        } else {
+          note->nothing_written = true;
+        }
+        if (got[1].rows() == 0) return Status::Internal("the spec owner row vanished");
+        const Reply& r = got[1];
+        return ReadOwner(r.text(0, 0), r.text(0, 1), r.i64(0, 2), r.i64(0, 3));
+      });
+}
+
+Result<SpecOwner> PgStore::GetSpecOwner(const std::string& name) {
+  if (HasNul(name)) return NoOwner(name);
+  return Run<SpecOwner>(
+      "spec registry", Access::kOneStatement, [&](pqxx::transaction_base& tx) -> Result<SpecOwner> {
+        pqxx::result q = tx.exec_params(IDEM_PG_OWNER_COLUMNS " WHERE name = $1", name);
+        if (q.empty()) return NoOwner(name);
+        return ReadOwner(FieldText(q[0][0]), FieldText(q[0][1]), q[0][2].as<int64_t>(),
+                         q[0][3].as<int64_t>());
+      });
+}
+
+Result<std::vector<SpecOwner>> PgStore::ListSpecOwners() {
+  return Run<std::vector<SpecOwner>>(
+      "spec registry", Access::kOneStatement,
+      [&](pqxx::transaction_base& tx) -> Result<std::vector<SpecOwner>> {
+        std::vector<SpecOwner> out;
+        for (const pqxx::row& r : tx.exec(IDEM_PG_OWNER_COLUMNS " ORDER BY name COLLATE \"C\"")) {
+          out.push_back(
+              ReadOwner(FieldText(r[0]), FieldText(r[1]), r[2].as<int64_t>(), r[3].as<int64_t>()));
+        }
+        return out;
+      });
+}
+
+Status PgStore::SetSpecShared(const std::string& name, bool shared) {
+  if (HasNul(name)) return NoOwner(name);
+  auto out =
+      Run<bool>("spec registry", Access::kWrite, [&](WriteTx& tx, WriteNote* note) -> Result<bool> {
+        Pipe p(tx);
+        p.Add(kSetSpecShared, name, shared ? 1 : 0);
+        std::vector<Reply> got = p.Run();
+        ThrowFirstError(p, tx.raw(), got);
+        if (got[0].rows() == 0) {
+          note->nothing_written = true;
+          return false;
+        }
+        note->txid = got[0].i64(0, 0);
+        return true;
+      });
+  if (!out.ok()) return out.status();
+  return *out ? Status::Ok() : NoOwner(name);
 }
 
 }  // namespace idem::storage

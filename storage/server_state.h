@@ -7,7 +7,8 @@
 // is answered from the first server's record.
 //
 // Implementations: SqliteStore and PgStore implement both interfaces on their
-// own database (tables `idempotency` and `server_specs`, migration 5), checked
+// own database (tables `idempotency` and `server_specs`, migration 5, and
+// `spec_owners`, migration 7), checked
 // by the same conformance suite (tests/store_conformance.h). Store::KeyRecords
 // and Store::Specs return them (nullptr for a Store without server state,
 // e.g. a test double).
@@ -120,6 +121,16 @@ struct StoredSpec {
   std::string created_by;
 };
 
+/// Who a spec name belongs to (table spec_owners, schema version 7): the
+/// caller whose put created it. Only the owner adds versions; `shared` lets
+/// every caller read and run them.
+struct SpecOwner {
+  std::string name;
+  std::string owner;
+  bool shared = false;
+  int64_t created_ms = 0;
+};
+
 struct SpecPutOutcome {
   StoredSpec spec;       ///< as stored (the existing one when not created)
   bool created = false;  ///< false: the version existed with the same document
@@ -140,6 +151,17 @@ class SpecStore {
 
   /// Every version of every spec, by name then version.
   virtual Result<std::vector<StoredSpec>> ListSpecs() = 0;
+
+  /// Claims `wanted.name` for `wanted.owner` unless it has an owner; returns
+  /// the owner as stored (the earlier one when the name was taken: of
+  /// concurrent claims, in any process, one wins).
+  virtual Result<SpecOwner> ClaimSpecName(const SpecOwner& wanted) = 0;
+  /// kNotFound when the name has no owner (no spec of that name).
+  virtual Result<SpecOwner> GetSpecOwner(const std::string& name) = 0;
+  /// Every owned name, by name.
+  virtual Result<std::vector<SpecOwner>> ListSpecOwners() = 0;
+  /// Sets whether every caller may read and run `name`. kNotFound when absent.
+  virtual Status SetSpecShared(const std::string& name, bool shared) = 0;
 };
 
 /// The outcome of a put that found `existing` stored for its (name, version):

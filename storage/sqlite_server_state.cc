@@ -227,4 +227,75 @@ Result<std::vector<StoredSpec>> SqliteStore::ListSpecs() {
       });
 }
 
+namespace {
+
+constexpr const char* kOwnerColumns = "SELECT name, owner, shared, created_ms FROM spec_owners";
+
+SpecOwner ReadOwner(SQLite::Statement& q) {
+  SpecOwner o;
+  o.name = q.getColumn(0).getString();
+  o.owner = q.getColumn(1).getString();
+  o.shared = q.getColumn(2).getInt() != 0;
+  o.created_ms = q.getColumn(3).getInt64();
+  return o;
+}
+
+Status NoOwner(const std::string& name) { return Status::NotFound("no spec " + name); }
+
+}  // namespace
+
+Result<SpecOwner> SqliteStore::ClaimSpecName(const SpecOwner& wanted) {
+  return Guarded<Result<SpecOwner>>("spec registry", [&]() -> Result<SpecOwner> {
+    std::lock_guard<std::mutex> lock(mu_);
+    SQLite::Transaction tx(*db_, SQLite::TransactionBehavior::IMMEDIATE);
+    SQLite::Statement ins(*db_,
+                          "INSERT INTO spec_owners (name, owner, shared, created_ms)"
+                          " VALUES (?, ?, ?, ?) ON CONFLICT (name) DO NOTHING");
+    ins.bind(1, wanted.name);
+    ins.bind(2, wanted.owner);
+    ins.bind(3, wanted.shared ? 1 : 0);
+    ins.bind(4, static_cast<int64_t>(wanted.created_ms));
+    ins.exec();
+    SQLite::Statement q(*db_, std::string(kOwnerColumns) + " WHERE name = ?");
+    q.bind(1, wanted.name);
+    if (!q.executeStep()) return Status::Internal("the spec owner row vanished");
+    SpecOwner stored = ReadOwner(q);
+    q.reset();
+    tx.commit();
+    return stored;
+  });
+}
+
+Result<SpecOwner> SqliteStore::GetSpecOwner(const std::string& name) {
+  return Guarded<Result<SpecOwner>>("spec registry", [&]() -> Result<SpecOwner> {
+    std::lock_guard<std::mutex> lock(mu_);
+    SQLite::Statement q(*db_, std::string(kOwnerColumns) + " WHERE name = ?");
+    q.bind(1, name);
+    if (!q.executeStep()) return NoOwner(name);
+    return ReadOwner(q);
+  });
+}
+
+Result<std::vector<SpecOwner>> SqliteStore::ListSpecOwners() {
+  return Guarded<Result<std::vector<SpecOwner>>>(
+      "spec registry", [&]() -> Result<std::vector<SpecOwner>> {
+        std::lock_guard<std::mutex> lock(mu_);
+        SQLite::Statement q(*db_, std::string(kOwnerColumns) + " ORDER BY name");
+        std::vector<SpecOwner> out;
+        while (q.executeStep()) out.push_back(ReadOwner(q));
+        return out;
+      });
+}
+
+Status SqliteStore::SetSpecShared(const std::string& name, bool shared) {
+  return Guarded<Status>("spec registry", [&]() -> Status {
+    std::lock_guard<std::mutex> lock(mu_);
+    SQLite::Statement up(*db_, "UPDATE spec_owners SET shared = ? WHERE name = ?");
+    up.bind(1, shared ? 1 : 0);
+    up.bind(2, name);
+    if (up.exec() != 1) return NoOwner(name);
+    return Status::Ok();
+  });
+}
+
 }  // namespace idem::storage

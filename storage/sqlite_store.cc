@@ -269,9 +269,18 @@ Status TooNew(int version) {
                                     "); upgrade idem before opening it");
 }
 
-// Applies pending migrations, each in its own IMMEDIATE transaction that
-// re-reads the version, so that two processes opening a fresh file at once
-// apply each script exactly once. Returns the resulting version.
+bool Applied(SQLite::Database& db, int version) {
+  SQLite::Statement q(db, "SELECT 1 FROM schema_migrations WHERE version = ?");
+  q.bind(1, version);
+  return q.executeStep();
+}
+
+// Applies every migration this build has and the database has not recorded,
+// in order, each in its own IMMEDIATE transaction that checks again, so that
+// two processes opening a fresh file at once apply each script exactly once.
+// By set, not by the highest version: a version merged after a later one (a
+// branch's 0006 arriving beside 0007) is still applied. Returns the highest
+// version recorded.
 Result<int> Migrate(SQLite::Database& db, Clock* clock) {
   db.exec(
       "CREATE TABLE IF NOT EXISTS schema_migrations ("
@@ -279,21 +288,19 @@ Result<int> Migrate(SQLite::Database& db, Clock* clock) {
       " applied_at INTEGER NOT NULL)");
   int version = CurrentVersion(db);
   if (version > kLatestVersion) return TooNew(version);
-  while (version < kLatestVersion) {
+  for (int next = 1; next <= kLatestVersion; ++next) {
+    if (kMigrations[next - 1] == nullptr || Applied(db, next)) continue;
     SQLite::Transaction tx(db, SQLite::TransactionBehavior::IMMEDIATE);
-    version = CurrentVersion(db);
-    if (version > kLatestVersion) return TooNew(version);
-    if (version == kLatestVersion) break;  // another process got there first
-    int next = version + 1;
+    if (CurrentVersion(db) > kLatestVersion) return TooNew(CurrentVersion(db));
+    if (Applied(db, next)) continue;  // another process got there first
     db.exec(kMigrations[next - 1]);
     SQLite::Statement ins(db, "INSERT INTO schema_migrations (version, applied_at) VALUES (?, ?)");
     ins.bind(1, next);
     ins.bind(2, static_cast<int64_t>(clock->NowMs()));
     ins.exec();
     tx.commit();
-    version = next;
   }
-  return version;
+  return CurrentVersion(db);
 }
 
 std::string ToUpper(std::string s) {
@@ -338,11 +345,25 @@ SagaSummary ReadSummary(SQLite::Statement& q) {
   return s;
 }
 
+// The spec a saga runs (kSpecRefColumns at `first`): schema version 7.
+constexpr const char* kSpecRefColumns = "spec_version, spec_sha256";
+
+void ReadSpecRef(SQLite::Statement& q, int first, SagaSummary* s) {
+  SQLite::Column v = q.getColumn(first);
+  s->spec_version = v.isNull() ? 0 : v.getInt();
+  s->spec_sha256 = ColumnText(q, first + 1);
+}
+
 }  // namespace
 
 // ---- Open -------------------------------------------------------------------
 
 int SqliteStore::LatestSchemaVersion() { return kLatestVersion; }
+
+int SqliteStore::KnownSchemaVersions() {
+  return static_cast<int>(
+      std::count_if(kMigrations.begin(), kMigrations.end(), [](const char* m) { return m; }));
+}
 
 SqliteStore::SqliteStore(std::unique_ptr<SQLite::Database> db,
                          std::unique_ptr<SQLite::Database> reader, int schema_version,
@@ -544,8 +565,8 @@ Result<CreateOutcome> ApplyCreate(StatementCache& c, const NewSaga& saga) {
   {
     Stmt ins = c.Get(
         "INSERT INTO sagas (saga_id, intent_key, fingerprint, spec_name, spec,"
-        " input, state, reason, created_ms, updated_ms) "
-        "VALUES (?, ?, ?, ?, ?, ?, ?, '', ?, ?)");
+        " input, state, reason, created_ms, updated_ms, spec_version, spec_sha256) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, '', ?, ?, ?, ?)");
     ins->bind(1, saga.saga_id);
     ins->bind(2, saga.intent_key);
     ins->bind(3, saga.fingerprint);
@@ -555,6 +576,12 @@ Result<CreateOutcome> ApplyCreate(StatementCache& c, const NewSaga& saga) {
     ins->bind(7, saga.state);
     ins->bind(8, static_cast<int64_t>(saga.created_ms));
     ins->bind(9, static_cast<int64_t>(saga.created_ms));
+    if (saga.spec_version > 0) {
+      ins->bind(10, saga.spec_version);
+    } else {
+      ins->bind(10);  // NULL: inline
+    }
+    ins->bind(11, saga.spec_sha256);
     ins->exec();
   }
   {
@@ -988,7 +1015,8 @@ Result<SagaRecord> SqliteStore::LoadSaga(const std::string& saga_id) {
     SagaRecord rec;
     {
       static const std::string sql = std::string("SELECT ") + kSagaColumns +
-                                     ", fingerprint, spec, input FROM sagas WHERE saga_id = ?";
+                                     ", fingerprint, spec, input, " + kSpecRefColumns +
+                                     " FROM sagas WHERE saga_id = ?";
       Stmt q = c.Get(sql);
       q->bind(1, saga_id);
       if (!q->executeStep()) return SagaNotFound(saga_id);
@@ -996,6 +1024,7 @@ Result<SagaRecord> SqliteStore::LoadSaga(const std::string& saga_id) {
       rec.fingerprint = ColumnText(*q, 7);
       rec.spec = ColumnJson(*q, 8, "sagas.spec");
       rec.input = ColumnJson(*q, 9, "sagas.input");
+      ReadSpecRef(*q, 10, &rec.summary);
     }
     {
       Stmt q = c.Get(
@@ -1038,7 +1067,8 @@ Result<std::vector<SagaSummary>> SqliteStore::ListSagas(const SagaFilter& filter
   return Guarded<Result<std::vector<SagaSummary>>>(
       "ListSagas", [&]() -> Result<std::vector<SagaSummary>> {
         // Only placeholders are appended, one per state; the values are bound.
-        std::string sql = std::string("SELECT ") + kSagaColumns + " FROM sagas";
+        std::string sql =
+            std::string("SELECT ") + kSagaColumns + ", " + kSpecRefColumns + " FROM sagas";
         if (!filter.states.empty()) {
           sql += " WHERE state IN (?";
           for (size_t i = 1; i < filter.states.size(); ++i) sql += ", ?";
@@ -1052,7 +1082,10 @@ Result<std::vector<SagaSummary>> SqliteStore::ListSagas(const SagaFilter& filter
         for (const std::string& state : filter.states) q->bind(i++, state);
         q->bind(i, filter.limit);
         std::vector<SagaSummary> out;
-        while (q->executeStep()) out.push_back(ReadSummary(*q));
+        while (q->executeStep()) {
+          out.push_back(ReadSummary(*q));
+          ReadSpecRef(*q, 7, &out.back());
+        }
         return out;
       });
 }

@@ -132,6 +132,9 @@ class SqliteStore : public Store, public KeyRecordStore, public SpecStore, publi
 
   /// The schema version this build migrates databases to.
   static int LatestSchemaVersion();
+  /// How many versions up to it this build has (less while a parallel
+  /// branch's migration is not merged): the rows of schema_migrations.
+  static int KnownSchemaVersions();
 
   ~SqliteStore() override;
   SqliteStore(const SqliteStore&) = delete;
@@ -180,6 +183,10 @@ class SqliteStore : public Store, public KeyRecordStore, public SpecStore, publi
   Result<SpecPutOutcome> PutSpec(const StoredSpec& spec) override;
   Result<StoredSpec> GetSpec(const std::string& name, int version) override;
   Result<std::vector<StoredSpec>> ListSpecs() override;
+  Result<SpecOwner> ClaimSpecName(const SpecOwner& wanted) override;
+  Result<SpecOwner> GetSpecOwner(const std::string& name) override;
+  Result<std::vector<SpecOwner>> ListSpecOwners() override;
+  Status SetSpecShared(const std::string& name, bool shared) override;
 
   // Control requests (storage/control_store.h): each write is one
   // transaction with its journal entry; reads run on their own.

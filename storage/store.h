@@ -63,7 +63,9 @@ struct NewSaga {
   std::string intent_key;
   std::string fingerprint;  ///< of the canonical (spec, input)
   std::string spec_name;
-  Json spec;  ///< the frozen plan
+  int spec_version = 0;     ///< the spec registry's version; 0: a spec given inline
+  std::string spec_sha256;  ///< Fingerprint(spec): "sha256:<hex>" of its canonical text
+  Json spec;                ///< the frozen plan
   Json input;
   std::string state;  ///< initial state, e.g. "pending"
   int64_t created_ms = 0;
@@ -99,6 +101,8 @@ struct SagaSummary {
   std::string saga_id;
   std::string intent_key;
   std::string spec_name;
+  int spec_version = 0;     ///< the registry's version; 0: inline (or older than schema 7)
+  std::string spec_sha256;  ///< "" for sagas recorded before schema version 7
   std::string state;
   std::string reason;  ///< why it failed or needs attention
   int64_t created_ms = 0;

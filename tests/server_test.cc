@@ -444,8 +444,13 @@ TEST_F(ServerTest, ApprovalFlowOverHttp) {
   ASSERT_EQ(put->status, 201) << put->body;
   EXPECT_EQ(v["version"], 1);
   auto same = Put("/v1/specs/pay", PaySpec(), kAgent1);
-  api_.Check("put", "/v1/specs/{name}", same);
-  EXPECT_EQ(same->status, 201) << "no version given: a new version";
+  EXPECT_EQ(api_.Check("put", "/v1/specs/{name}", same)["version"], 1);
+  EXPECT_EQ(same->status, 200) << "no version given, the same content: the same version";
+  Json described = PaySpec();
+  described["description"] = "pay after booking";
+  auto next = Put("/v1/specs/pay", described, kAgent1);
+  EXPECT_EQ(api_.Check("put", "/v1/specs/{name}", next)["version"], 2);
+  EXPECT_EQ(next->status, 201) << "no version given, other content: a new version";
   Json v1 = PaySpec();
   v1["version"] = 1;
   v1["description"] = "changed";
