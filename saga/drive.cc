@@ -8,6 +8,7 @@
 #include "compensation/undo.h"
 #include "preview_commit/two_phase.h"
 #include "saga/control_drive.h"
+#include "saga/limits.h"
 #include "saga/machines.h"
 #include "saga/park.h"
 
@@ -81,6 +82,13 @@ Result<StepEnd> DriveStepOnce(SagaRun* run, int index) {
       return StepEnd::kParked;
     case StepState::kPlanned: {
       auto args = run->ResolveStepArgs(index);
+      if (!args.ok() && IsLimitRefusal(args.status())) {
+        // Over a bound (saga/limits.h): refused before any call, so the
+        // step fails and the saga rolls back what it did.
+        d.st.error = args.status().message();
+        IDEM_RETURN_IF_ERROR(d.Fire(StepEvent::kFailed));
+        break;  // queue holds kRecordFailed
+      }
       if (!args.ok()) {
         // No drive will find the value: a person decides (saga/park.h).
         d.st.error = BlockedReason(TemplateParkCode(args.status()), args.status().message());

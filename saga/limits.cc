@@ -101,4 +101,9 @@ Result<Json> ResolveWithinLimits(const Json& templ, const Json& context, const s
   return ResolveTemplates(templ, context, where, &b);
 }
 
+bool IsLimitRefusal(const Status& s) {
+  return s.code() == Code::kInvalidArgument &&
+         s.message().find("resolved arguments exceed ") != std::string::npos;
+}
+
 }  // namespace idem

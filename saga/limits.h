@@ -53,6 +53,11 @@ struct SagaLimits {
 /// counting stops once past `stop`, so a huge value costs little to refuse.
 size_t JsonBytes(const Json& v, size_t stop = std::numeric_limits<size_t>::max());
 
+/// Whether `s` is a bound's refusal (a template expanded past max_arg_bytes
+/// or max_saga_bytes): a definite refusal before any call, which fails the
+/// step, unlike a missing value, which parks it (saga/park.h).
+bool IsLimitRefusal(const Status& s);
+
 /// The submit-time check: step count, each step's and compensation's
 /// arguments as far as the input resolves them, and the saga's total.
 /// kInvalidArgument naming the place; OK when within every bound.

@@ -2001,7 +2001,7 @@ TEST_F(CrashApprovalTest, ReplayAfterSuccessChargesOnce) {
   }
   // The other decision on a decided commit is refused.
   ProcessExit reject = Decide(token, /*approve=*/false);
-  EXPECT_TRUE(reject.Exited(cli::kExitInternal)) << reject;
+  EXPECT_TRUE(reject.Exited(cli::kExitAlreadyDecided)) << reject;
   EXPECT_NE(reject.output.find("already approved"), std::string::npos) << reject;
 
   Verdict after = Check(1, /*count=*/false);
@@ -2062,7 +2062,7 @@ TEST_F(CrashApprovalTest, ApproveAndRejectAtOnceOneWins) {
   const ProcessExit& winner = approved ? a : r;
   const ProcessExit& loser = approved ? r : a;
   EXPECT_TRUE(winner.Exited(RunExitFor(state))) << winner;
-  EXPECT_TRUE(loser.Exited(cli::kExitInternal)) << loser;
+  EXPECT_TRUE(loser.Exited(cli::kExitAlreadyDecided)) << loser;
   EXPECT_NE(loser.output.find(approved ? "already approved" : "already rejected"),
             std::string::npos)
       << loser;
@@ -2158,7 +2158,7 @@ TEST_F(CrashApprovalTest, RejectRollsBack) {
   ProcessExit again = Decide(token, /*approve=*/false);
   EXPECT_TRUE(again.Exited(cli::kExitRolledBack)) << again;
   ProcessExit approve = Decide(token);
-  EXPECT_TRUE(approve.Exited(cli::kExitInternal)) << approve;
+  EXPECT_TRUE(approve.Exited(cli::kExitAlreadyDecided)) << approve;
   EXPECT_NE(approve.output.find("already rejected"), std::string::npos) << approve;
   Verdict after = Check(1, /*count=*/false);
   EXPECT_EQ(after.ledger.calls.size(), v.ledger.calls.size()) << after.Report();

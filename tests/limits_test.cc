@@ -211,13 +211,14 @@ TEST_F(LimitsTest, ArgumentGrownFromAResultIsRefusedBeforeTheCall) {
 }
 
 // A reference the input cannot answer is not a limit's business: Submit
-// records the saga, and the step reports the missing value when it runs.
+// records the saga, and the step parks on the missing value when it runs
+// (saga/park.h: no drive will find it, a person decides).
 TEST_F(LimitsTest, MissingInputIsTheStepsErrorNotTheLimits) {
   SagaSpec spec =
       Parse({{"name", "missing"}, {"steps", {Step("s", "send", {{"to", "${input.who}"}})}}});
   ASSERT_OK_AND_ASSIGN(auto sub, engine_->Submit(spec, Json::object(), "missing-1"));
   ASSERT_OK_AND_ASSIGN(auto rec, engine_->Run(sub.saga_id));
-  EXPECT_EQ(rec.steps[0].state, "failed");
+  EXPECT_EQ(rec.steps[0].state, "needs_attention");
   EXPECT_THAT(rec.steps[0].error, HasSubstr("${input.who}\" has no value"));
   EXPECT_EQ(calls_.Of("send"), 0);
 }
