@@ -40,8 +40,10 @@ class Prober {
   }
 
  private:
+  // At least one probe, even when Stop comes before the thread first runs
+  // (a fast attack): a check on probes() > 0 must not race the scheduler.
   void Run() {
-    while (!done_) {
+    do {
       int64_t latency = 0;
       int status = Get(port_, "/healthz", 1000, &latency);
       ++probes_;
@@ -50,8 +52,9 @@ class Prober {
         std::lock_guard<std::mutex> lock(mu_);
         latencies_.push_back(latency);
       }
+      if (done_) break;
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
+    } while (!done_);
   }
 
   const int port_;
