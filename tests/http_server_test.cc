@@ -439,7 +439,10 @@ class Hub {
   void Add(Stream s) {
     std::lock_guard<std::mutex> lock(mu_);
     streams_.push_back(s);
-    s.OnClose([this] { closed_++; });
+    // The count outlives the hub: a stream may close after the test body
+    // ends (the server stops in TearDown), so the callback must not hold
+    // `this`.
+    s.OnClose([closed = closed_] { ++*closed; });
   }
   int Broadcast(const std::string& data) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -455,9 +458,10 @@ class Hub {
     std::lock_guard<std::mutex> lock(mu_);
     return streams_.size();
   }
-  std::atomic<int> closed_{0};
+  int closed() const { return *closed_; }
 
  private:
+  std::shared_ptr<std::atomic<int>> closed_ = std::make_shared<std::atomic<int>>(0);
   std::mutex mu_;
   std::vector<Stream> streams_;
 };
@@ -516,12 +520,12 @@ TEST_F(HttpServerTest, TwoHundredStreamsOnOneIoThread) {
   }
   // Clients that go away end their streams.
   for (int i = 0; i < 50; ++i) clients[i]->Close();
-  EXPECT_TRUE(WaitFor([&] { return hub.closed_ == 50; }, 2000)) << hub.closed_;
+  EXPECT_TRUE(WaitFor([&] { return hub.closed() == 50; }, 2000)) << hub.closed();
   EXPECT_TRUE(WaitFor([&] { return server_->stats().streams == kStreams - 50; }, 2000));
   EXPECT_EQ(hub.Broadcast("third"), kStreams - 50);
   // Stop ends the rest.
   server_->Stop();
-  EXPECT_EQ(hub.closed_, kStreams);
+  EXPECT_EQ(hub.closed(), kStreams);
   EXPECT_EQ(hub.Broadcast("after"), 0);
   for (int i = 50; i < kStreams; ++i) EXPECT_TRUE(clients[i]->WaitClosed(1000));
 }
@@ -550,7 +554,7 @@ TEST_F(HttpServerTest, HandlerClosesItsStream) {
   ASSERT_TRUE(WaitFor([&] { return hub.Size() == 1; }, 2000));
   EXPECT_EQ(hub.Broadcast("bye"), 1);
   hub.CloseAll();  // from the test's thread, through a copy of the handle
-  EXPECT_TRUE(WaitFor([&] { return hub.closed_ == 1; }, 1000));
+  EXPECT_TRUE(WaitFor([&] { return hub.closed() == 1; }, 1000));
   EXPECT_TRUE(a.WaitClosed(1000));
   EXPECT_NE(a.buffer().find("data: bye\n\n"), std::string::npos) << a.buffer();
   EXPECT_EQ(hub.Broadcast("late"), 0);
@@ -578,7 +582,7 @@ TEST_F(HttpServerTest, SlowStreamReaderIsClosed) {
   int sent = 0;
   for (int i = 0; i < 10000 && hub.Broadcast(big) == 1; ++i) ++sent;
   EXPECT_LT(sent, 10000) << "the queue is bounded";
-  EXPECT_TRUE(WaitFor([&] { return hub.closed_ == 1; }, 3000));
+  EXPECT_TRUE(WaitFor([&] { return hub.closed() == 1; }, 3000));
   EXPECT_TRUE(WaitFor([&] { return server_->stats().connections == 0; }, 3000));
 }
 
