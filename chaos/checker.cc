@@ -89,6 +89,17 @@ CheckResult Check(const CheckData& data, const CheckOptions& options) {
           "acknowledged (intent key " + a.intent_key + ") but not in the journal");
     }
   }
+  // A resubmission with the same intent key (an agent's retry after a
+  // kill) must answer the saga the first answer named.
+  std::map<std::string, std::set<std::string>> by_intent;
+  for (const auto& a : data.acked) by_intent[a.intent_key].insert(a.saga_id);
+  for (const auto& [intent, ids] : by_intent) {
+    if (ids.size() > 1) {
+      add("intent_key_split", *ids.begin(),
+          "intent key " + intent + " was answered with " + std::to_string(ids.size()) +
+              " different sagas");
+    }
+  }
   for (const auto& e : data.effects) {
     if (!step_keys.count(ActionKey(e.idempotency_key))) {
       add("orphan_effects", "",

@@ -8,6 +8,8 @@
 //   duplicate_effects      one (provider, operation, key) applied twice
 //   lost_sagas             a saga id a command printed (acknowledged) that the
 //                          journal does not hold
+//   intent_key_split       one intent key acknowledged with two saga ids (a
+//                          resubmission that made a second saga)
 //   orphan_effects         a ledger effect whose key (without ":compensate")
 //                          is no step key of the journal
 //   missing_compensations  a rolled-back saga (compensated, cancelled) whose

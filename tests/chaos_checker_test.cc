@@ -105,6 +105,15 @@ TEST(ChaosChecker, LostSaga) {
   EXPECT_EQ(r.findings[0].saga_id, "sg_gone");
 }
 
+TEST(ChaosChecker, OneIntentKeyAnsweredWithTwoSagas) {
+  CheckData d = Clean();
+  d.sagas.push_back(Saga("sg_twin", "succeeded", "succeeded"));
+  d.effects.push_back(Effect("flights", "reserve", "sg_twin/a"));
+  d.effects.push_back(Effect("hotels", "book", "sg_twin/b"));
+  d.acked.push_back({"sg_twin", "ik-sg_ok"});
+  ExpectOnly(Check(d, {}), "intent_key_split", 1);
+}
+
 TEST(ChaosChecker, OrphanEffectAndOrphanUndo) {
   CheckData d = Clean();
   d.effects.push_back(Effect("cars", "rent", "sg_nobody/c"));
