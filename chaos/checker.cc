@@ -42,9 +42,9 @@ bool HasCompensation(const Json& spec, int index) {
 
 const std::vector<std::string>& CheckNames() {
   static const std::vector<std::string> kNames = {
-      "duplicate_effects",   "lost_sagas",      "orphan_effects",         "missing_compensations",
-      "effects_left_behind", "missing_effects", "not_terminal_or_parked", "parked_without_reason",
-      "parked_unsettled"};
+      "duplicate_effects",     "lost_sagas",          "intent_key_split", "orphan_effects",
+      "missing_compensations", "effects_left_behind", "missing_effects",  "not_terminal_or_parked",
+      "parked_without_reason", "parked_unsettled"};
   return kNames;
 }
 
@@ -59,7 +59,9 @@ CheckResult Check(const CheckData& data, const CheckOptions& options) {
   CheckResult r;
   r.sagas = static_cast<int>(data.sagas.size());
   r.effects = static_cast<int>(data.effects.size());
-  r.acked = static_cast<int>(data.acked.size());
+  std::set<std::string> acked_ids;
+  for (const auto& a : data.acked) acked_ids.insert(a.saga_id);
+  r.acked = static_cast<int>(acked_ids.size());
   auto add = [&](const std::string& check, const std::string& saga, const std::string& detail) {
     r.findings.push_back({check, saga, detail});
   };
@@ -93,6 +95,16 @@ CheckResult Check(const CheckData& data, const CheckOptions& options) {
   // kill) must answer the saga the first answer named.
   std::map<std::string, std::set<std::string>> by_intent;
   for (const auto& a : data.acked) by_intent[a.intent_key].insert(a.saga_id);
+  std::map<std::string, std::string> intent_of;
+  for (const auto& s : data.sagas) intent_of[s.summary.saga_id] = s.summary.intent_key;
+  for (const auto& a : data.acked) {
+    auto it = intent_of.find(a.saga_id);
+    if (it != intent_of.end() && it->second != a.intent_key) {
+      add("intent_key_split", a.saga_id,
+          "acknowledged for intent key " + a.intent_key + ", but the journal has it under " +
+              it->second);
+    }
+  }
   for (const auto& [intent, ids] : by_intent) {
     if (ids.size() > 1) {
       add("intent_key_split", *ids.begin(),

@@ -9,7 +9,9 @@
 //   lost_sagas             a saga id a command printed (acknowledged) that the
 //                          journal does not hold
 //   intent_key_split       one intent key acknowledged with two saga ids (a
-//                          resubmission that made a second saga)
+//                          resubmission that made a second saga), or a saga
+//                          acknowledged for an intent key the journal does
+//                          not give it
 //   orphan_effects         a ledger effect whose key (without ":compensate")
 //                          is no step key of the journal
 //   missing_compensations  a rolled-back saga (compensated, cancelled) whose

@@ -47,6 +47,14 @@ std::vector<char*> Pointers(std::vector<std::string>& items) {
 Child Child::Spawn(const std::vector<std::string>& argv, const std::string& out,
                    const std::string& err, bool append) {
   const int flags = O_WRONLY | O_CREAT | (append ? O_APPEND : O_TRUNC);
+  // Truncate here, not only in the child: a child killed before its open()
+  // must not leave the previous child's output to be read as its own.
+  if (!append) {
+    for (const std::string* path : {&out, &err}) {
+      int fd = open(path->c_str(), flags, 0644);
+      if (fd >= 0) close(fd);
+    }
+  }
   std::vector<std::string> args = argv;
   std::vector<std::string> env = CleanEnvironment();
   std::vector<char*> arg_ptrs = Pointers(args);

@@ -4,6 +4,7 @@
 // finding. The last tests run `idem-chaos check` on a real journal and
 // ledger made by travel-booking, then break the ledger with a real provider
 // call. Also: the sweep's plan is a pure function of its seed.
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -74,6 +75,11 @@ CheckData Clean() {
 
 // Only `check` has findings, exactly `n` of them.
 void ExpectOnly(const CheckResult& r, const std::string& check, int n) {
+  // The check is a row of the table, with the count.
+  EXPECT_EQ(r.Count(check), n) << check;
+  EXPECT_NE(std::find(CheckNames().begin(), CheckNames().end(), check), CheckNames().end())
+      << check << " is not a row of the table";
+  EXPECT_EQ(r.findings.size(), static_cast<size_t>(n));
   for (const auto& name : CheckNames()) {
     EXPECT_EQ(r.Count(name), name == check ? n : 0) << name;
   }
@@ -111,7 +117,18 @@ TEST(ChaosChecker, OneIntentKeyAnsweredWithTwoSagas) {
   d.effects.push_back(Effect("flights", "reserve", "sg_twin/a"));
   d.effects.push_back(Effect("hotels", "book", "sg_twin/b"));
   d.acked.push_back({"sg_twin", "ik-sg_ok"});
-  ExpectOnly(Check(d, {}), "intent_key_split", 1);
+  // Two findings: ik-sg_ok names two sagas, and the journal has sg_twin
+  // under its own intent key.
+  ExpectOnly(Check(d, {}), "intent_key_split", 2);
+}
+
+TEST(ChaosChecker, ASagaAcknowledgedForAnotherIntentKey) {
+  CheckData d = Clean();
+  d.acked.push_back({"sg_rb", "ik-someone-else"});
+  CheckResult r = Check(d, {});
+  ExpectOnly(r, "intent_key_split", 1);
+  EXPECT_NE(r.findings[0].detail.find("the journal has it under ik-sg_rb"), std::string::npos)
+      << r.findings[0].detail;
 }
 
 TEST(ChaosChecker, OrphanEffectAndOrphanUndo) {
