@@ -6,7 +6,7 @@ ASAN_BUILD ?= build-asan
 CMAKE_FLAGS ?=
 
 .PHONY: all deps build build-asan demo demo-server test test-fast test-asan clean format bench \
-	http-attack http-attack-server
+	http-attack http-attack-server chaos
 
 all: build
 
@@ -59,6 +59,18 @@ http-attack: deps $(BUILD)/CMakeCache.txt
 http-attack-server: deps $(BUILD)/CMakeCache.txt
 	cmake --build $(BUILD) -j$(JOBS) --target http_attack idem
 	@bash scripts/http-attack-server.sh $(BUILD)
+
+# The chaos sweep at full size (docs/reliability.md): random SIGKILLs of every
+# idem process, provider faults, PostgreSQL restarts, then the ledger checker.
+# CHAOS_SEED=N replays a seed; CHAOS_SAGAS and CHAOS_PG_RESTARTS resize it.
+CHAOS_SEED ?= 0
+CHAOS_SAGAS ?= 650
+CHAOS_PG_RESTARTS ?= 12
+CHAOS_MIN_KILLS ?= 1000
+chaos: deps $(BUILD)/CMakeCache.txt
+	cmake --build $(BUILD) -j$(JOBS) --target idem-chaos travel-booking
+	$(BUILD)/chaos/idem-chaos sweep --store both --seed $(CHAOS_SEED) --sagas $(CHAOS_SAGAS) \
+	  --pg-restarts $(CHAOS_PG_RESTARTS) --min-kills $(CHAOS_MIN_KILLS)
 
 format:
 	clang-format -i $$(git ls-files '*.cc' '*.h')

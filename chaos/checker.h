@@ -1,0 +1,104 @@
+#pragma once
+// The ledger checker: joins idem's journal with the providers' ledger(s) and
+// says what the outside world disagrees with. Runnable alone
+// (`idem-chaos check --store LOCATOR --ledger PATH [--acked FILE]
+// [--after-resolve]`) and by the sweep after each store.
+//
+// The checks, in report order (each names what would be a defect):
+//   duplicate_effects      one (provider, operation, key) applied twice
+//   lost_sagas             a saga id a command printed (acknowledged) that the
+//                          journal does not hold
+//   intent_key_split       one intent key acknowledged with two saga ids (a
+//                          resubmission that made a second saga), or a saga
+//                          acknowledged for an intent key the journal does
+//                          not give it
+//   orphan_effects         a ledger effect whose key (without ":compensate")
+//                          is no step key of the journal
+//   missing_compensations  a rolled-back saga (compensated, cancelled) whose
+//                          step the journal calls compensated, with the
+//                          forward effect in the ledger and no undo
+//   effects_left_behind    a rolled-back or failed saga with a forward effect
+//                          in the ledger that the journal does not hold as
+//                          compensated, and no undo in the ledger
+//   missing_effects        a succeeded saga whose succeeded step with a
+//                          compensation (a write) has no effect in the ledger
+//   not_terminal_or_parked a saga neither terminal (succeeded, compensated,
+//                          cancelled, failed) nor waiting for a person
+//                          (needs_attention, awaiting_approval, paused)
+//   parked_without_reason  needs_attention with an empty reason
+//   parked_unsettled       with after_resolve: a saga still waiting for a
+//                          person after the person's pass
+//
+//   chaos::CheckData data = ...;              // or LoadCheckData(...)
+//   chaos::CheckResult r = chaos::Check(data, {});
+//   if (!r.ok()) std::cout << FormatFindings(r);
+//
+// Thread safety: Check is a pure function; LoadCheckData opens its own
+// store and ledger connections.
+
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "examples/travel_booking/providers.h"
+#include "storage/store.h"
+
+#include "common/status.h"
+
+namespace idem::chaos {
+
+/// A saga a command acknowledged (printed) before it ended or was killed.
+struct AckedSaga {
+  std::string saga_id;
+  std::string intent_key;
+};
+
+/// What the checker reads.
+struct CheckData {
+  std::vector<storage::SagaRecord> sagas;
+  std::vector<travel::LedgerEffect> effects;  ///< every ledger's effects
+  std::vector<AckedSaga> acked;
+};
+
+struct CheckOptions {
+  /// The person's pass is over: every saga still waiting for a person is a
+  /// finding (parked_unsettled).
+  bool after_resolve = false;
+};
+
+struct Finding {
+  std::string check;
+  std::string saga_id;  ///< "" when the finding names no saga of the journal
+  std::string detail;
+};
+
+/// The outcome for one store.
+struct CheckResult {
+  std::vector<std::pair<std::string, int>> counts;  ///< per check, in report order
+  std::vector<Finding> findings;
+  int sagas = 0;
+  int effects = 0;
+  int acked = 0;
+  std::map<std::string, int> states;  ///< sagas per state
+  bool ok() const { return findings.empty(); }
+  int Count(const std::string& check) const;
+};
+
+/// The check names, in report order.
+const std::vector<std::string>& CheckNames();
+
+/// Runs every check.
+CheckResult Check(const CheckData& data, const CheckOptions& options);
+
+/// Reads every saga of the store at `locator`, the effects of each ledger,
+/// and the acknowledged sagas of `acked_file` (lines "SAGA_ID INTENT_KEY";
+/// "" for none). NotFound naming the file for a ledger or acked file that
+/// does not exist; the store's errors as they are.
+Result<CheckData> LoadCheckData(const std::string& locator, const std::vector<std::string>& ledgers,
+                                const std::string& acked_file);
+
+/// Appends "SAGA_ID INTENT_KEY\n" to `acked_file` (the runner's record).
+Status AppendAcked(const std::string& acked_file, const AckedSaga& acked);
+
+}  // namespace idem::chaos
