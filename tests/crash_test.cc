@@ -2205,3 +2205,103 @@ INSTANTIATE_TEST_SUITE_P(CrashFailpointSpec, CrashFailpointSpecTest,
 
 }  // namespace
 }  // namespace idem
+
+// ---- open sagas (issue 14): a kill between a call's `submitted` and its
+// answer, and during the rollback. The next call (or `recover`) settles what
+// the killed process left, and the ledger holds one effect per call and one
+// undo per compensated call.
+
+namespace idem {
+namespace {
+
+class OpenSagaCrashTest : public CrashTest {
+ protected:
+  std::string Begin(const std::string& intent) {
+    Json out;
+    std::string error;
+    if (!ReadJson({"open", "begin", "--intent-key", intent, "--tool", "flights.reserve", "--tool",
+                   "payments.charge"},
+                  &out, &error)) {
+      ADD_FAILURE() << error;
+      return "";
+    }
+    return out.value("saga_id", "");
+  }
+  std::vector<std::string> CallArgs(const std::string& saga, const std::string& call_id,
+                                    const std::string& tool, const Json& args) {
+    return {"open", "call", saga, "--call-id", call_id, "--tool", tool, "--args", args.dump()};
+  }
+  LedgerView Ledger() {
+    LedgerView view;
+    std::string error;
+    EXPECT_TRUE(ReadLedger(ledger_, &view, &error)) << error;
+    return view;
+  }
+  // Per key, at most one effect: what a duplicate would break.
+  int Duplicates(const LedgerView& l) {
+    std::map<std::string, int> per;
+    for (const auto& r : l.effects) ++per[r.provider + "." + r.operation + " " + r.key];
+    int d = 0;
+    for (const auto& [k, n] : per) d += n > 1 ? n - 1 : 0;
+    Totals().duplicates += d;
+    return d;
+  }
+};
+
+const Json kFlight = {{"from", "LIS"}, {"to", "NRT"}, {"date", "2026-12-24"}};
+const Json kCharge = {{"traveller", "ana"}, {"amount_cents", 9000}, {"currency", "EUR"}};
+
+TEST_F(OpenSagaCrashTest, AKillBetweenACallsSubmittedAndItsAnswerIsSettledWithOneEffect) {
+  int n = 0;
+  for (const char* fp :
+       {"step.after_submitted", "provider.after_apply", "step.after_call", "step.after_outcome"}) {
+    SCOPED_TRACE(fp);
+    const std::string saga = Begin("agent-" + std::to_string(++n));
+    ASSERT_FALSE(saga.empty());
+    ProcessExit killed =
+        Travel(CallArgs(saga, "call_1", "flights.reserve", kFlight), std::string(fp) + "=kill");
+    ASSERT_TRUE(Crashed(killed)) << killed;
+    // The next call settles the first (same key), then makes its own.
+    ProcessExit next = Travel(CallArgs(saga, "call_2", "payments.charge", kCharge));
+    EXPECT_TRUE(next.Exited(cli::kExitOk)) << next;
+    // The repeat of the killed call answers from the journal.
+    Json again;
+    std::string error;
+    ASSERT_TRUE(ReadJson(CallArgs(saga, "call_1", "flights.reserve", kFlight), &again, &error))
+        << error;
+    EXPECT_EQ(again.value("state", ""), "succeeded") << again.dump();
+    EXPECT_EQ(again.value("deduplicated", false), true);
+    LedgerView l = Ledger();
+    EXPECT_EQ(l.Effects("flights.reserve", saga + "/c1"), 1) << l.Dump();
+    EXPECT_EQ(l.Effects("payments.charge", saga + "/c2"), 1) << l.Dump();
+    EXPECT_EQ(Duplicates(l), 0) << l.Dump();
+  }
+}
+
+TEST_F(OpenSagaCrashTest, AKillDuringTheRollbackIsFinishedByRecoverWithOneUndoEach) {
+  int n = 0;
+  for (const char* fp : {"compensation.after_submitted", "provider.after_undo",
+                         "compensation.after_call", "compensation.after_outcome"}) {
+    SCOPED_TRACE(fp);
+    const std::string saga = Begin("rollback-" + std::to_string(++n));
+    ASSERT_FALSE(saga.empty());
+    ASSERT_TRUE(Travel(CallArgs(saga, "f", "flights.reserve", kFlight)).Exited(cli::kExitOk));
+    ASSERT_TRUE(Travel(CallArgs(saga, "p", "payments.charge", kCharge)).Exited(cli::kExitOk));
+    ProcessExit killed =
+        Travel({"open", "rollback", saga, "--as", "agent"}, std::string(fp) + "=kill");
+    ASSERT_TRUE(Crashed(killed)) << killed;
+    ProcessExit rec = Recover("", {});
+    EXPECT_TRUE(rec.Exited(cli::kExitRolledBack)) << rec;
+    Json status;
+    std::string error;
+    ASSERT_TRUE(ReadJson({"status", saga, "--json"}, &status, &error)) << error;
+    EXPECT_EQ(status.value("state", ""), "compensated") << status.dump(2);
+    LedgerView l = Ledger();
+    EXPECT_EQ(l.Effects("payments.refund", saga + "/c2:compensate"), 1) << l.Dump();
+    EXPECT_EQ(l.Effects("flights.cancel", saga + "/c1:compensate"), 1) << l.Dump();
+    EXPECT_EQ(Duplicates(l), 0) << l.Dump();
+  }
+}
+
+}  // namespace
+}  // namespace idem

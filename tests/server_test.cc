@@ -220,6 +220,26 @@ class ServerTest : public ::testing::Test {
       ASSERT_TRUE(tools_.Register(MakeTool(n, ledger_, false)).ok());
     }
     ASSERT_TRUE(tools_.Register(MakeTool("pay.charge", ledger_, true)).ok());
+    // For open sagas: tools whose registry entry names their compensation.
+    for (auto [name, preview] :
+         {std::pair<const char*, bool>{"open.book", false}, {"open.pay", true}}) {
+      auto tool = MakeTool(name, ledger_, preview);
+      ToolInfo info = tool->info();
+      info.open.compensate_tool = "a.undo";
+      info.open.compensate_args = {{"ref", "${result.ref}"}};
+      info.open.two_phase = preview;
+      info.open.human_approval = preview;
+      Tool* raw = tool.get();
+      ASSERT_TRUE(tools_
+                      .Register(std::make_unique<FunctionTool>(
+                          info, [raw](const ToolCall& c) { return raw->Invoke(c); },
+                          [raw](const std::string& k) { return raw->Lookup(k); },
+                          preview ? FunctionTool::PreviewFn(
+                                        [raw](const ToolCall& c) { return raw->Preview(c); })
+                                  : nullptr))
+                      .ok());
+      open_tools_.push_back(std::move(tool));
+    }
     // No keys, no status, no answer: parks its saga needs_attention.
     ToolInfo lost;
     lost.name = "lost.do";
@@ -321,6 +341,16 @@ class ServerTest : public ::testing::Test {
     return saga;
   }
 
+  // A POST with extra headers (Prefer).
+  httplib::Result PostWith(const std::string& path, const Json& body, const char* token,
+                           httplib::Headers extra) {
+    httplib::Client c("127.0.0.1", port_);
+    c.set_read_timeout(30, 0);
+    httplib::Headers h = Auth(token);
+    h.insert(extra.begin(), extra.end());
+    return c.Post(path.c_str(), h, body.dump(), "application/json");
+  }
+
   void ExpectHealthy() {
     auto r = Get("/healthz", nullptr);
     api_.Check("get", "/healthz", r);
@@ -366,6 +396,7 @@ class ServerTest : public ::testing::Test {
   int port_ = 0;
   Api api_;
   std::string raw_response_;
+  std::vector<std::unique_ptr<Tool>> open_tools_;  // wrapped by open.book, open.pay
 };
 
 TEST_F(ServerTest, SubmitThenPollUntilSucceeded) {
@@ -801,6 +832,170 @@ TEST(ServerCreate, RefusesToServeWithoutAuthUnlessInsecureOnLoopback) {
   o.host = "127.0.0.1";
   auto loop = Server::Create(store->get(), &tools, o);
   EXPECT_OK(loop);
+}
+
+// ---- open sagas (issue 14): begin, calls, duplicates, decisions, commit
+
+TEST_F(ServerTest, OpenSagaBeginCallsDuplicatesAndCommit) {
+  Json begin = {{"intent_key", "trip-1"}, {"tools", {"open.book"}}, {"metadata", {{"u", 1}}}};
+  auto r = Post("/v1/open-sagas", begin, kAgent1);
+  Json saga = api_.Check("post", "/v1/open-sagas", r);
+  ASSERT_EQ(r->status, 201) << r->body;
+  EXPECT_EQ(saga["state"], "open");
+  const std::string id = saga["saga_id"];
+  EXPECT_EQ(saga["links"]["calls"], "/v1/sagas/" + id + "/calls");
+  auto again = Post("/v1/open-sagas", begin, kAgent1);
+  EXPECT_EQ(api_.Check("post", "/v1/open-sagas", again)["saga_id"], id);
+  EXPECT_EQ(again->status, 200);
+  begin["metadata"] = {{"u", 2}};
+  auto other = Post("/v1/open-sagas", begin, kAgent1);
+  EXPECT_EQ(api_.Check("post", "/v1/open-sagas", other)["type"],
+            "urn:idem:problem:intent-conflict");
+  EXPECT_EQ(other->status, 409);
+  auto unknown = Post("/v1/open-sagas", {{"intent_key", "t2"}, {"tools", {"nope"}}}, kAgent1);
+  Json up = api_.Check("post", "/v1/open-sagas", unknown);
+  EXPECT_EQ(unknown->status, 422);
+  EXPECT_NE(up.value("detail", "").find("tools[0]"), std::string::npos) << up.dump();
+  // a.do names no compensation in the registry: refused at begin.
+  auto bare = Post("/v1/open-sagas", {{"intent_key", "t3"}, {"tools", {"a.do"}}}, kAgent1);
+  EXPECT_EQ(bare->status, 422);
+
+  const std::string calls = "/v1/sagas/" + id + "/calls";
+  Json decision = {{"model", "gpt-4.1"},
+                   {"message_id", "msg_1"},
+                   {"call_id", "call_1"},
+                   {"prompt_sha256", std::string(64, 'c')},
+                   {"prompt", "book lisbon"}};
+  auto c1 = Post(calls,
+                 {{"call_id", "call_1"},
+                  {"tool", "open.book"},
+                  {"args", {{"to", "lisbon"}}},
+                  {"decision", decision}},
+                 kAgent1);
+  Json a1 = api_.Check("post", "/v1/sagas/{id}/calls", c1);
+  ASSERT_EQ(c1->status, 200) << c1->body;
+  EXPECT_EQ(a1["state"], "succeeded");
+  EXPECT_EQ(a1["deduplicated"], false);
+  EXPECT_EQ(ledger_->Count(id + "/c1"), 1);
+  // The same call id: the recorded answer, nothing called.
+  auto rep = Post(
+      calls, {{"call_id", "call_1"}, {"tool", "open.book"}, {"args", {{"to", "lisbon"}}}}, kAgent1);
+  Json ar = api_.Check("post", "/v1/sagas/{id}/calls", rep);
+  EXPECT_EQ(ar["deduplicated"], true);
+  EXPECT_EQ(ar["reason"], "same call_id");
+  // The same write under a new call id: answered from the journal.
+  auto dup = Post(
+      calls, {{"call_id", "call_2"}, {"tool", "open.book"}, {"args", {{"to", "lisbon"}}}}, kAgent1);
+  Json ad = api_.Check("post", "/v1/sagas/{id}/calls", dup);
+  EXPECT_EQ(ad["duplicate_of"], "call_1");
+  EXPECT_EQ(ad["reason"], "same tool and arguments");
+  EXPECT_EQ(ledger_->Count(id + "/"), 1);
+  // repeat: true is a second effect.
+  auto second = Post(calls,
+                     {{"call_id", "call_3"},
+                      {"tool", "open.book"},
+                      {"args", {{"to", "lisbon"}}},
+                      {"repeat", true}},
+                     kAgent1);
+  EXPECT_EQ(api_.Check("post", "/v1/sagas/{id}/calls", second)["step_id"], "c2");
+  EXPECT_EQ(ledger_->Count(id + "/"), 2);
+  auto denied = Post(calls, {{"call_id", "x"}, {"tool", "pay.charge"}}, kAgent1);
+  EXPECT_EQ(api_.Check("post", "/v1/sagas/{id}/calls", denied)["type"],
+            "urn:idem:problem:tool-not-allowed");
+  EXPECT_EQ(denied->status, 403);
+  auto bad = Post(calls, {{"call_id", ""}, {"tool", "open.book"}}, kAgent1);
+  EXPECT_EQ(api_.Check("post", "/v1/sagas/{id}/calls", bad)["type"],
+            "urn:idem:problem:invalid-call");
+  // Another agent's saga is not found.
+  auto foreign = Post(calls, {{"call_id", "y"}, {"tool", "open.book"}}, kAgent2);
+  EXPECT_EQ(foreign->status, 404);
+  auto got = Get(calls + "/call_1", kAgent1);
+  EXPECT_EQ(api_.Check("get", "/v1/sagas/{id}/calls/{call_id}", got)["state"], "succeeded");
+  Json view = api_.Check("get", "/v1/sagas/{id}", Get("/v1/sagas/" + id, kAgent1));
+  ASSERT_EQ(view["calls"].size(), 2u);
+  EXPECT_EQ(view["calls"][0]["decision"]["model"], "gpt-4.1");
+  EXPECT_EQ(view["calls"][0]["decision"]["prompt"], "book lisbon");
+  auto commit = Post("/v1/sagas/" + id + "/commit", Json::object(), kAgent1);
+  EXPECT_EQ(api_.Check("post", "/v1/sagas/{id}/commit", commit)["state"], "succeeded");
+  auto late =
+      Post(calls, {{"call_id", "call_9"}, {"tool", "open.book"}, {"args", {{"to", "x"}}}}, kAgent1);
+  EXPECT_EQ(api_.Check("post", "/v1/sagas/{id}/calls", late)["type"],
+            "urn:idem:problem:saga-not-open");
+  EXPECT_EQ(late->status, 409);
+  ExpectHealthy();
+}
+
+TEST_F(ServerTest, OpenSagaApprovalWithPreferWaitAndRollback) {
+  auto r = Post("/v1/open-sagas", {{"intent_key", "pay-1"}, {"tools", {"open.book", "open.pay"}}},
+                kAgent1);
+  const std::string id = api_.Check("post", "/v1/open-sagas", r)["saga_id"];
+  const std::string calls = "/v1/sagas/" + id + "/calls";
+  auto book =
+      Post(calls, {{"call_id", "b1"}, {"tool", "open.book"}, {"args", {{"to", "rome"}}}}, kAgent1);
+  EXPECT_EQ(api_.Check("post", "/v1/sagas/{id}/calls", book)["state"], "succeeded");
+  auto pay =
+      Post(calls, {{"call_id", "p1"}, {"tool", "open.pay"}, {"args", {{"eur", 90}}}}, kAgent1);
+  Json ap = api_.Check("post", "/v1/sagas/{id}/calls", pay);
+  ASSERT_EQ(pay->status, 202) << pay->body;
+  EXPECT_EQ(ap["state"], "awaiting_approval");
+  EXPECT_EQ(ap["approval"].count("token"), 0u) << "an agent does not see the token";
+  EXPECT_FALSE(ap["approval"].value("token_ref", "").empty());
+  auto commit = Post("/v1/sagas/" + id + "/commit", Json::object(), kAgent1);
+  EXPECT_EQ(api_.Check("post", "/v1/sagas/{id}/commit", commit)["type"],
+            "urn:idem:problem:calls-pending");
+  // The approver sees the token; the agent waits (Prefer: wait) for the outcome.
+  Json list = api_.Check("get", "/v1/approvals", Get("/v1/approvals", kApprover));
+  ASSERT_EQ(list["approvals"].size(), 1u);
+  const std::string token = list["approvals"][0]["token"];
+  std::thread approver([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    auto ok = Post("/v1/approvals/" + token + "/approve", Json::object(), kApprover);
+    EXPECT_TRUE(ok && ok->status == 200) << (ok ? ok->body : "no answer");
+  });
+  const auto t0 = std::chrono::steady_clock::now();
+  auto waited = PostWith(calls, {{"call_id", "p1"}, {"tool", "open.pay"}, {"args", {{"eur", 90}}}},
+                         kAgent1, {{"Prefer", "wait=10"}});
+  const auto ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0)
+          .count();
+  approver.join();
+  Json aw = api_.Check("post", "/v1/sagas/{id}/calls", waited);
+  EXPECT_EQ(waited->status, 200) << waited->body;
+  EXPECT_EQ(aw["state"], "succeeded");
+  EXPECT_EQ(waited->get_header_value("Preference-Applied"), "wait=10");
+  EXPECT_LT(ms, 5000) << "woken by the journal, not by the deadline";
+  EXPECT_EQ(ledger_->Count(id + "/c2"), 1);
+  // Rollback compensates both calls (each with its own key).
+  auto rb = PostWith("/v1/sagas/" + id + "/rollback", {{"reason", "user changed plans"}}, kAgent1,
+                     {{"Prefer", "wait=10"}});
+  Json rv = api_.Check("post", "/v1/sagas/{id}/rollback", rb);
+  EXPECT_EQ(rb->status, 200) << rb->body;
+  EXPECT_EQ(rv["state"], "compensated");
+  EXPECT_EQ(ledger_->Count(id + "/c1:compensate"), 1);
+  EXPECT_EQ(ledger_->Count(id + "/c2:compensate"), 1);
+}
+
+TEST_F(ServerTest, SubmitWithPreferWaitAnswersTheOutcomeAndRecordsTheDecision) {
+  Json body = {{"spec", OneStepSpec()},
+               {"input", {{"who", "ana"}}},
+               {"decision", {{"model", "m1"}, {"prompt_sha256", std::string(64, 'd')}}}};
+  auto r =
+      PostWith("/v1/sagas", body, kAgent1, {{"Idempotency-Key", "wait-1"}, {"Prefer", "wait=10"}});
+  Json saga = api_.Check("post", "/v1/sagas", r);
+  EXPECT_EQ(r->status, 201) << r->body;
+  EXPECT_EQ(saga["state"], "succeeded");
+  EXPECT_EQ(r->get_header_value("Preference-Applied"), "wait=10");
+  EXPECT_EQ(saga["decision"]["model"], "m1");
+  // Without the preference: the saga as submitted.
+  auto plain =
+      Post("/v1/sagas", {{"spec", OneStepSpec()}, {"input", {{"who", "bo"}}}}, kAgent1, "wait-2");
+  api_.Check("post", "/v1/sagas", plain);
+  EXPECT_TRUE(plain->get_header_value("Preference-Applied").empty());
+  auto bad =
+      PostWith("/v1/sagas",
+               {{"spec", OneStepSpec()}, {"decision", {{"model", "m1"}, {"prompt_sha256", "x"}}}},
+               kAgent1, {{"Idempotency-Key", "wait-3"}});
+  EXPECT_EQ(api_.Check("post", "/v1/sagas", bad)["type"], "urn:idem:problem:invalid-decision");
 }
 
 TEST(Principals, ParsesAndRefusesBadEntries) {
