@@ -86,6 +86,13 @@ export interface IdemRequest {
   onRetry?: (event: RetryEvent) => void;
 }
 
+/**
+ * 409s that mean "not now", not "no": the same key is still being answered
+ * (a retry that overtook its first attempt), or the saga is being driven.
+ * Retried like a 503 when the request is safe to repeat.
+ */
+const BUSY = new Set(["idempotency-key-in-flight", "saga-busy"]);
+
 function enc(segment: string): string {
   if (typeof segment !== "string" || segment.length === 0) {
     throw new TypeError(`idem: a path segment must be a non-empty string, got ${JSON.stringify(segment)}`);
@@ -162,7 +169,7 @@ export class IdemClient {
         if (e instanceof IdemError) throw e;
         error = networkError(init.method, init.path, e);
       }
-      const retryable = error.kind === "network" || error.kind === "unavailable";
+      const retryable = error.kind === "network" || error.kind === "unavailable" || BUSY.has(error.problemName);
       if (!retryable || !init.retry.safe || attempt >= attempts) throw error;
       const delayMs = backoffMs(this.#retry, attempt, error.retryAfterSeconds);
       const event: RetryEvent = { method: init.method, path: init.path, attempt, key: init.retry.key, error, delayMs };

@@ -1,8 +1,9 @@
 // The retry policy of the idem client: how often and how long a request
 // that is safe to repeat (a GET, a POST with an Idempotency-Key, an
-// open-saga call with its call_id) is sent again after a network error or a
-// 503. The request is sent again byte for byte: the same key, the same
-// call_id, the same body. A POST that carries no key is never retried.
+// open-saga call with its call_id) is sent again after a network error, a
+// 503 or 429, or a 409 idempotency-key-in-flight / saga-busy. The request
+// is sent again byte for byte: the same key, the same call_id, the same
+// body. A POST that carries no key is never retried.
 
 /** Reported before each retry (for logs and tests). */
 export interface RetryEvent {

@@ -78,6 +78,19 @@ test("an open-saga call is resent with the same call_id after a 503, waiting Ret
   assert.equal(requests[0].headers.Prefer, "wait=5");
 });
 
+test("a keyed submit that overtakes its first attempt (409 idempotency-key-in-flight) is retried", async () => {
+  const { f, requests } = scriptedFetch([problem(409, "idempotency-key-in-flight", "in flight", { "Retry-After": "0" }), json(201, saga)]);
+  const client = new IdemClient({ baseUrl: "http://idem.test", fetch: f, retry: fast });
+  assert.equal((await client.submit({ spec: "t" }, { intentKey: "k" })).saga.saga_id, "sg_1");
+  assert.equal(requests.length, 2);
+  assert.equal(requests[1].headers["Idempotency-Key"], "k");
+  // saga-busy on a POST without a key (resolve) is the caller's to retry.
+  const { f: f2, requests: r2 } = scriptedFetch([problem(409, "saga-busy", "being driven"), json(200, saga)]);
+  const c2 = new IdemClient({ baseUrl: "http://idem.test", fetch: f2, retry: fast });
+  await assert.rejects(c2.resolve("sg_1", { step: "s", decision: "retry" }), IdemConflictError);
+  assert.equal(r2.length, 1);
+});
+
 test("a POST without a key (approve) is never retried, even after a network error", async () => {
   const { f, requests } = scriptedFetch([refused, json(200, saga)]);
   const client = new IdemClient({ baseUrl: "http://idem.test", fetch: f, retry: fast });
