@@ -24,10 +24,10 @@ function effects(ledger) {
     .sort();
 }
 
-async function world(name, providerArgs = []) {
+async function world(name, providerArgs = [], { open = true } = {}) {
   const dir = tempDir(name);
   const providers = await startProviders(dir, providerArgs);
-  const server = await startServer(dir, { tools: toolsFile(dir, providers.port) });
+  const server = await startServer(dir, { tools: toolsFile(dir, providers.port, { open }) });
   const retries = [];
   const client = new IdemClient({
     baseUrl: server.baseUrl,
@@ -53,7 +53,7 @@ describe("open sagas with the OpenAI Agents SDK against a real idem serve", () =
 
   before(async () => {
     // A server without open sagas (the endpoints are not merged yet) answers 404 "no such endpoint".
-    const probe = await world("probe");
+    const probe = await world("probe", [], { open: false });
     try {
       await probe.client.begin({ intent_key: "probe", tools: ["flights.reserve"] });
     } catch (e) {

@@ -77,11 +77,27 @@ export async function startProviders(dir, extraArgs = []) {
   };
 }
 
-/** The tools file of the travel example, pointed at the providers' port. */
-export function toolsFile(dir, providersPort) {
+/** How an open saga undoes each travel booking (the tools file's "compensate"). */
+const OPEN_COMPENSATIONS = {
+  "flights.reserve": { tool: "flights.cancel", args: { reservation_id: "${result.reservation_id}" } },
+  "hotels.book": { tool: "hotels.cancel", args: { booking_id: "${result.booking_id}" } },
+  "cars.rent": { tool: "cars.return", args: { rental_id: "${result.rental_id}" } },
+  "payments.charge": { tool: "payments.refund", args: { charge_id: "${result.charge_id}", amount_cents: "${result.amount_cents}" } },
+};
+
+/**
+ * The tools file of the travel example, pointed at the providers' port;
+ * with `open`, every booking tool that declares no compensation of its own
+ * gets the travel example's (for open sagas, which have no spec to say it).
+ */
+export function toolsFile(dir, providersPort, { open = false } = {}) {
   const src = readFileSync(path.join(SOURCE_DIR, "examples/travel_booking/tools.http.json"), "utf8");
+  const doc = JSON.parse(src.replaceAll("http://127.0.0.1:8091", `http://127.0.0.1:${providersPort}`));
+  if (open) {
+    for (const t of doc.tools) if (OPEN_COMPENSATIONS[t.name] && !("compensate" in t)) t.compensate = OPEN_COMPENSATIONS[t.name];
+  }
   const file = path.join(dir, "tools.json");
-  writeFileSync(file, src.replaceAll("http://127.0.0.1:8091", `http://127.0.0.1:${providersPort}`));
+  writeFileSync(file, JSON.stringify(doc, null, 2));
   return file;
 }
 
