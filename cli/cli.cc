@@ -16,6 +16,7 @@
 #include "cli/journal.h"
 #include "cli/keys_retire.h"
 #include "cli/metrics_endpoint.h"
+#include "cli/open.h"
 #include "preview_commit/token.h"
 #include "preview_commit/two_phase.h"
 #include "saga/engine.h"
@@ -175,6 +176,10 @@ Json SagaToJson(const storage::SagaRecord& rec, const std::vector<storage::Effec
                    {"at", FormatTimeMs(e.at_ms)}});
     }
     out["journal"] = j;
+    // The model decisions (saga/open_saga.h): the submission's, and an open
+    // saga's calls in order with theirs.
+    out["decision"] = SubmissionDecision(*journal);
+    if (IsOpenPlan(rec.spec)) out["calls"] = OpenCallsView(rec, *journal);
   }
   return out;
 }
@@ -205,6 +210,7 @@ struct Options {
   int concurrency = 4;
   std::string step_id;
   std::string decision;
+  std::string model_decision;  ///< run --decision: JSON or @FILE (saga/open_saga.h)
   std::string who;
   std::string note;
   std::string result;
@@ -318,7 +324,15 @@ Result<SubmitResult> SubmitFromOptions(const Options& o, const ToolRegistry& too
   auto input = ReadInput(o.input);
   if (!input.ok()) return input.status();
   *key = o.intent_key.empty() ? NewId("intent_") : o.intent_key;
-  return engine->Submit(*spec, *input, *key);
+  std::optional<ModelDecision> decision;
+  if (!o.model_decision.empty()) {
+    auto doc = ReadInput(o.model_decision);
+    if (!doc.ok()) return doc.status();
+    auto d = ParseModelDecision(*doc, "--decision", g_limits.max_decision_text_bytes);
+    if (!d.ok()) return d.status();
+    decision = *d;
+  }
+  return engine->Submit(*spec, *input, *key, decision);
 }
 
 int CmdRun(const Options& o, const ToolRegistry& tools, storage::Store* store,
@@ -744,6 +758,9 @@ int RunCli(int argc, char** argv, const FrontendConfig& config) {
   run->add_option(
       "--intent-key", o.intent_key,
       "intent key: the same key and content returns the same saga (default: a new key)");
+  run->add_option("--decision", o.model_decision,
+                  "the model decision behind it, JSON or @FILE: {model, prompt_sha256, ...} "
+                  "(journaled with saga_created)");
 
   auto* status = app.add_subcommand("status", "show a saga, its steps and effects");
   status->add_option("SAGA", o.saga_id, "saga id")->required();
@@ -876,6 +893,8 @@ int RunCli(int argc, char** argv, const FrontendConfig& config) {
                     "deprecated, ignored: Idempotency-Key records and the spec registry live "
                     "in the journal's store");
 
+  OpenCommand open_cmd(&app);  // idem open begin|call|commit|rollback (cli/open.h)
+
   auto* fps = app.add_subcommand("failpoints", "list the failpoint names IDEM_FAILPOINT accepts");
 
   app.footer(
@@ -931,7 +950,8 @@ int RunCli(int argc, char** argv, const FrontendConfig& config) {
   if (keys_cmd->parsed() && !retire) return CmdKeys(o, &keys, nullptr, nullptr);
 
   bool drives = run->parsed() || recover->parsed() || resolve->parsed() || approve->parsed() ||
-                reject->parsed() || worker->parsed() || serve->parsed() || (retire && o.re_preview);
+                reject->parsed() || worker->parsed() || serve->parsed() ||
+                (retire && o.re_preview) || open_cmd.drives();
   const preview_commit::TokenSigner* signer = nullptr;
   if (drives || retire) {
     auto sg = keys.Signer();
@@ -980,7 +1000,7 @@ int RunCli(int argc, char** argv, const FrontendConfig& config) {
     Status done = JournalCommand(o.journal_action, o.who, o.note, store->get());
     return done.ok() ? kExitOk : Fail(done);
   }
-  if (drives || submit->parsed()) {
+  if (drives || submit->parsed() || open_cmd.parsed()) {
     // A journal behind its high-water mark is never driven.
     Status intact = (*store)->JournalIntegrity();
     if (!intact.ok()) return Fail(intact);
@@ -1000,6 +1020,8 @@ int RunCli(int argc, char** argv, const FrontendConfig& config) {
   if (approve->parsed()) return CmdDecide(o, true, tools, store->get(), signer);
   if (reject->parsed()) return CmdDecide(o, false, tools, store->get(), signer);
   if (serve->parsed()) return CmdServe(o, tools, store->get(), signer);
+  if (open_cmd.parsed())
+    return open_cmd.Run(tools, store->get(), LiveEngineOptions(false, signer), Fail);
   return kExitUsage;
 }
 

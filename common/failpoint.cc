@@ -99,6 +99,8 @@ const std::vector<Site>& KnownFailpoints() {
       {"compensation.after_outcome", "undo outcome journaled, before the next undo"},
       {"saga.before_terminal", "last outcome journaled, before the terminal state commits"},
       {"saga.after_terminal", "B10: terminal state committed, before the caller hears of it"},
+      {"open.before_append", "an open saga's call, before its step is appended"},
+      {"open.after_append", "an open saga's call appended, before it is driven"},
   };
   return sites;
 }

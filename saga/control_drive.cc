@@ -46,8 +46,8 @@ Result<std::optional<ControlOrder>> JudgeControl(SagaRun* run) {
   order.request = **pending;
   const ControlRequest& r = order.request;
   const SagaState state = run->state();
-  const bool drivable =
-      state == SagaState::kPending || state == SagaState::kRunning || state == SagaState::kPaused;
+  const bool drivable = state == SagaState::kPending || state == SagaState::kRunning ||
+                        state == SagaState::kPaused || state == SagaState::kOpen;
   bool apply = false;
   if (r.kind == "cancel") {
     if (state == SagaState::kNeedsAttention) return std::optional<ControlOrder>();  // the resolve
@@ -68,7 +68,7 @@ Result<std::optional<ControlOrder>> JudgeControl(SagaRun* run) {
       return std::optional<ControlOrder>();  // stops once a person let it go on
     }
     apply = state == SagaState::kPending || state == SagaState::kRunning ||
-            state == SagaState::kCompensating;
+            state == SagaState::kCompensating || state == SagaState::kOpen;
     order.event = SagaEvent::kPauseRequested;
     order.reason = ControlReason(r);
   } else if (r.kind == "resume") {

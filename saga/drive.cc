@@ -10,6 +10,8 @@
 #include "saga/control_drive.h"
 #include "saga/limits.h"
 #include "saga/machines.h"
+#include "saga/open_drive.h"
+#include "saga/open_saga.h"
 #include "saga/park.h"
 
 #include "common/failpoint.h"
@@ -141,21 +143,28 @@ Result<StepEnd> DriveStep(SagaRun* run, int index) {
 
 Status RunNextStep(SagaRun* run, std::deque<SagaCommand>* queue) {
   const int n = run->step_count();
+  // An open saga's failed call is the agent's to judge: the next call goes on.
+  const bool open = IsOpenPlan(run->spec().raw);
   int i = 0;
-  while (i < n && run->step_state(i) == StepState::kSucceeded) ++i;
-  if (i == n)
-    return FireSaga(run, SagaEvent::kStepCompleted, queue, SagaFacts::WithMoreSteps(false));
+  while (i < n && (run->step_state(i) == StepState::kSucceeded ||
+                   (open && run->step_state(i) == StepState::kFailed))) {
+    ++i;
+  }
+  SagaFacts facts;
+  facts.open_saga = open;
+  if (i == n) return FireSaga(run, SagaEvent::kStepCompleted, queue, facts);
   auto end = DriveStep(run, i);
   if (!end.ok()) return end.status();
   const storage::StepRecord& st = run->record().steps[i];
   switch (*end) {
     case StepEnd::kSucceeded:
-      return FireSaga(run, SagaEvent::kStepCompleted, queue, SagaFacts::WithMoreSteps(i + 1 < n));
+      facts.more_steps = i + 1 < n;
+      return FireSaga(run, SagaEvent::kStepCompleted, queue, facts);
     case StepEnd::kFailed:
       run->set_park_reason("step " + st.step_id + " failed: " + st.error);
-      return FireSaga(run, SagaEvent::kStepFailed, queue,
-                      SagaFacts::WithEffectsToUndo(
-                          compensation::HasEffectsToUndo(run->record().steps, run->compensable())));
+      facts.effects_to_undo =
+          compensation::HasEffectsToUndo(run->record().steps, run->compensable());
+      return FireSaga(run, SagaEvent::kStepFailed, queue, facts);
     case StepEnd::kParked:
       run->set_park_reason("step " + st.step_id + ": " + st.error);
       return FireSaga(run, SagaEvent::kStepParked, queue);
@@ -208,6 +217,14 @@ Status FirstCommands(SagaRun* run, std::deque<SagaCommand>* queue) {
       if (!preview_commit::ApprovalSettled(*run, run->clock()->NowMs())) return Status::Ok();
       IDEM_RETURN_IF_ERROR(FireSaga(run, SagaEvent::kApprovalSettled, queue));
       break;
+    case SagaState::kOpen: {
+      // Nothing to drive until the next call, unless it idled past its timeout.
+      auto idle = OpenIdleEvent(*run);
+      if (!idle) return Status::Ok();
+      run->set_park_reason(idle->reason);
+      IDEM_RETURN_IF_ERROR(FireSaga(run, SagaEvent::kIdleTimedOut, queue, idle->facts));
+      break;
+    }
     default:
       return Status::Ok();  // terminal, parked or waiting: nothing to drive
   }

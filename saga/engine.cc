@@ -4,6 +4,7 @@
 #include <mutex>
 #include <optional>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "saga/drive.h"
 #include "saga/lease_renewer.h"
@@ -30,7 +31,18 @@ struct Engine::SpecCache {
 struct Engine::DriveBook {
   std::mutex mu;
   std::unordered_map<std::string, int> driving;  // GUARDED_BY(mu) saga -> drives here
+  std::unordered_set<std::string> held;          // GUARDED_BY(mu) without leases: TryHold
 };
+
+bool Engine::TryHold(const std::string& saga_id) {
+  std::lock_guard<std::mutex> lock(drives_->mu);
+  return drives_->held.insert(saga_id).second;
+}
+
+void Engine::Unhold(const std::string& saga_id) {
+  std::lock_guard<std::mutex> lock(drives_->mu);
+  drives_->held.erase(saga_id);
+}
 
 void Engine::BeginDrive(const std::string& saga_id) {
   std::lock_guard<std::mutex> lock(drives_->mu);
@@ -67,7 +79,7 @@ Result<SagaSpec> Engine::CachedSpec(const Json& spec) {
     auto it = spec_cache_->specs.find(text);
     if (it != spec_cache_->specs.end()) return *it->second;
   }
-  auto parsed = ParseSpec(spec, *tools_);
+  auto parsed = ParseStoredPlan(spec, *tools_);  // an open saga's plan too
   if (!parsed.ok()) return parsed.status();
   std::lock_guard<std::mutex> lock(spec_cache_->mu);
   if (spec_cache_->specs.size() >= SpecCache::kMaxEntries) spec_cache_->specs.clear();
@@ -76,7 +88,8 @@ Result<SagaSpec> Engine::CachedSpec(const Json& spec) {
 }
 
 Result<SubmitResult> Engine::Submit(const SagaSpec& spec, const Json& input,
-                                    const std::string& intent_key) {
+                                    const std::string& intent_key,
+                                    const std::optional<ModelDecision>& decision) {
   if (intent_key.empty()) return Status::InvalidArgument("intent key: must not be empty");
   if (intent_key.size() > 255) return Status::InvalidArgument("intent key: longer than 255 bytes");
   if (!input.is_object()) return Status::InvalidArgument("input: expected a JSON object");
@@ -110,6 +123,7 @@ Result<SubmitResult> Engine::Submit(const SagaSpec& spec, const Json& input,
       {"spec_version", spec.registered_version > 0 ? Json(spec.registered_version) : Json()},
       {"spec_sha256", ns.spec_sha256},
       {"fingerprint", ns.fingerprint}};
+  if (decision) created.data["decision"] = decision->ToJson();
   created.at_ms = ns.created_ms;
   ns.journal.push_back(created);
   IDEM_FAILPOINT("intent.before_commit");
@@ -205,8 +219,22 @@ Result<SagaRecord> Engine::ParkUnloadable(const LoadedSaga& saga, const Status& 
   return store_->LoadSaga(saga_id);
 }
 
-Result<SagaRecord> Engine::RunLeased(const storage::Lease& lease) {
+Result<SagaRecord> Engine::RunLeased(const storage::Lease& lease, bool held) {
   const std::string& saga_id = lease.saga_id;
+  // Without leases, one driver per saga in this process (an open saga's call
+  // and the server's pool may reach one saga at once).
+  const bool hold_here = lease.epoch == 0 && !held;
+  if (hold_here && !TryHold(saga_id)) {
+    return Status::Aborted("saga " + saga_id + " is being driven by another thread");
+  }
+  struct Unholder {
+    Engine* engine;
+    const std::string* id;
+    bool on;
+    ~Unholder() {
+      if (on) engine->Unhold(*id);
+    }
+  } unholder{this, &saga_id, hold_here};
   // Renewed while the drive runs, released on every way out (by the drive's
   // last write, else by the hold).
   std::optional<LeaseRenewer::Hold> hold;

@@ -46,6 +46,7 @@
 
 #include "preview_commit/token.h"
 #include "saga/decisions.h"
+#include "saga/open_saga.h"
 #include "saga/options.h"
 #include "saga/spec.h"
 #include "storage/control_store.h"
@@ -146,8 +147,11 @@ class Engine {
   /// same spec and input returns the existing saga; with other content,
   /// kConflict. An empty key is kInvalidArgument, and so is a saga past
   /// options.limits (CheckSubmitLimits: nothing is written).
+  /// `decision`: the model decision that led to the submission, journaled
+  /// with `saga_created` (saga/open_saga.h).
   Result<SubmitResult> Submit(const SagaSpec& spec, const Json& input,
-                              const std::string& intent_key);
+                              const std::string& intent_key,
+                              const std::optional<ModelDecision>& decision = std::nullopt);
 
   /// Drives the saga until it is terminal, parked (needs_attention) or
   /// waiting; returns its final record. A store error stops the drive and is
@@ -222,12 +226,58 @@ class Engine {
   /// kFailedPrecondition for a finished saga.
   Result<ControlResult> Resume(const std::string& saga_id, const ControlRequest& request);
 
+  // ---- open sagas (saga/open_saga.h): steps appended one call at a time
+
+  /// Records the intent as an open saga (state `open`, no steps). Every
+  /// tool must pass CheckOpenTool (kInvalidArgument naming `tools[i]`). The
+  /// same key and content answer the same saga (created false); the same
+  /// key with other content is kConflict.
+  Result<BeginResult> Begin(const BeginRequest& request);
+
+  /// One tool call of an open saga: appends it as the plan's next step
+  /// (journal `call_appended`, with the decision, in the step's
+  /// transaction) and drives it under the saga's lease until it succeeds,
+  /// fails, waits for an approval or parks; the saga is `open` again after
+  /// a success or a failure. A known call id answers what is recorded and
+  /// calls nothing (deduplicated, "same call_id"); a write or irreversible
+  /// tool with the same argument fingerprint as an earlier call (not
+  /// failed) answers that call's outcome unless `repeat` (deduplicated,
+  /// "same tool and arguments"; journal `call_deduplicated`). A refusal
+  /// (not open, tool not allowed, an earlier call waiting, busy) is an OK
+  /// answer with `refusal` set; bad input is kInvalidArgument naming the
+  /// field; kNotFound for no such saga.
+  Result<CallAnswer> Call(const std::string& saga_id, const CallRequest& request);
+
+  /// The recorded answer of a call, calling nothing. kNotFound for no such
+  /// saga or call.
+  Result<CallAnswer> GetCall(const std::string& saga_id, const std::string& call_id);
+
+  /// Ends an open saga `succeeded` (journal `saga_succeeded` {by,
+  /// committed, decision}). kFailedPrecondition while a call is unsettled
+  /// (awaiting approval, in flight, parked: the message names them) and
+  /// for a saga that is not open; a committed saga answers as it stands.
+  Result<storage::SagaRecord> Commit(const std::string& saga_id, const std::string& who,
+                                     const std::optional<ModelDecision>& decision = std::nullopt);
+
+  /// Rolls an open saga back: a Cancel (every completed call compensated in
+  /// reverse order). kFailedPrecondition for a saga that is not open.
+  Result<ControlResult> Rollback(const std::string& saga_id, const ControlRequest& request);
+
  private:
   /// Run without the read that answers a finished saga without a lease.
   Result<storage::SagaRecord> Drive(const std::string& saga_id);
   /// Loads the saga and drives it under `lease` (claimed; released on every
   /// way out). An exception parks the saga (see "Faults").
-  Result<storage::SagaRecord> RunLeased(const storage::Lease& lease);
+  /// Without leases (epoch 0), the drive holds the saga in this process
+  /// (TryHold) unless the caller does already (`held`): kAborted when another
+  /// thread of this engine drives it.
+  Result<storage::SagaRecord> RunLeased(const storage::Lease& lease, bool held = false);
+  /// Without leases: one driver per saga in this process (an open saga's
+  /// call, a worker, the server's pool). False when another holds it.
+  bool TryHold(const std::string& saga_id);
+  void Unhold(const std::string& saga_id);
+  /// TryHold ... Unhold for a scope, when `want` (saga/open_saga.cc).
+  class ProcessHold;
   /// Parks a saga whose frozen spec does not load (`spec_error`; OK when it
   /// loads but disagrees with the journal on the steps): saga/park.h.
   Result<storage::SagaRecord> ParkUnloadable(const LoadedSaga& saga, const Status& spec_error,

@@ -47,6 +47,10 @@ struct SagaLimits {
   int max_steps = kDefaultMaxSteps;
   size_t max_arg_bytes = kDefaultMaxArgBytes;
   size_t max_saga_bytes = kDefaultMaxSagaBytes;
+  /// A recorded model decision's prompt and reasoning text, each
+  /// (saga/open_saga.h, ModelDecision).
+  static constexpr size_t kDefaultMaxDecisionTextBytes = size_t{64} << 10;  // 64 KiB
+  size_t max_decision_text_bytes = kDefaultMaxDecisionTextBytes;
 };
 
 /// The length of `v` as compact JSON text (string escapes not counted);

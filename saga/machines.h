@@ -134,7 +134,10 @@ class StepMachine {
   X(StepAwaitingApproval, "step_awaiting_approval") /* a step waits for a person's approval */   \
   X(ApprovalSettled,      "approval_settled")       /* approved, rejected or expired: go on */ \
   X(PauseRequested,       "pause_requested")        /* a person paused it: stop between steps */ \
-  X(Resumed,              "resumed")                /* a person resumed it; facts: rolling_back */
+  X(Resumed,              "resumed")                /* a person resumed it; facts: rolling_back */ \
+  X(CallAppended,         "call_appended")          /* an open saga took a call: drive it */     \
+  X(CommitRequested,      "commit_requested")       /* the agent committed an open saga */       \
+  X(IdleTimedOut,         "idle_timed_out")         /* an open saga idled past its timeout; facts: park_on_idle */
 
 #define IDEM_SAGA_COMMANDS(X)                                                                    \
   X(RunNextStep,    "run_next_step")                                                             \
@@ -160,6 +163,12 @@ struct SagaFacts {
   /// kOperatorResumed, kResumed: a rollback had begun before the saga was
   /// parked or paused. kCancelRequested of a paused saga: see effects_to_undo.
   bool rolling_back = false;
+  /// An open saga (saga/open_saga.h): a call that ends (succeeded or failed)
+  /// leaves it open for the next call instead of ending the saga.
+  bool open_saga = false;
+  /// kIdleTimedOut: the open saga's policy is `park` (pause it for a
+  /// person), else it rolls back.
+  bool park_on_idle = false;
 
   static SagaFacts WithMoreSteps(bool v) {
     SagaFacts f;

@@ -49,6 +49,7 @@ Result<RecoveryReport> Engine::Recover(int concurrency) {
   // Paused sagas with a request pending move too (and waiting ones with a
   // cancel, listed twice then: the second drive finds nothing to do).
   IDEM_RETURN_IF_ERROR(AddControlled(store_, &*list));
+  IDEM_RETURN_IF_ERROR(AddIdleDue(store_, options_.clock->NowMs(), &*list));  // saga/open_saga.h
   RecoveryReport report;
   std::mutex mu;
   std::atomic<size_t> next{0};
@@ -150,6 +151,8 @@ bool NeedsDrive(const storage::SagaRecord& saga, int64_t now_ms) {
         }
       }
       return false;
+    case SagaState::kOpen:  // nothing to drive until the next call, or its idle timeout
+      return OpenIdleDue(saga, now_ms);
     default:
       return false;
   }

@@ -35,6 +35,17 @@ using RecordWaiting = Emit<SagaCommand::kRecordWaiting>;
 using HasMoreSteps = Holds<&SagaFacts::more_steps>;
 using HasEffectsToUndo = Holds<&SagaFacts::effects_to_undo>;
 using RollingBack = Holds<&SagaFacts::rolling_back>;
+using IsOpen = Holds<&SagaFacts::open_saga>;
+using ParkOnIdle = Holds<&SagaFacts::park_on_idle>;
+
+/// Guard: both hold.
+template <class A, class B>
+struct Both {
+  template <class Event, class Fsm, class Source, class Target>
+  bool operator()(const Event& e, Fsm& fsm, Source& s, Target& t) {
+    return A()(e, fsm, s, t) && B()(e, fsm, s, t);
+  }
+};
 
 struct SagaMachineDef : MachineBase<SagaMachineDef, SagaState, SagaCommand> {
   using none = msmf::none;
@@ -50,9 +61,9 @@ struct SagaMachineDef : MachineBase<SagaMachineDef, SagaState, SagaCommand> {
   Row < Pending          , ev::Started             , Running         , RunNextStep   , none                  >,
   Row < Pending          , ev::CancelRequested     , Cancelled       , RecordTerminal, none                  >,
   Row < Running          , ev::StepCompleted       , Running         , RunNextStep   , HasMoreSteps          >,
-  Row < Running          , ev::StepCompleted       , Succeeded       , RecordTerminal, Not<HasMoreSteps>     >,
-  Row < Running          , ev::StepFailed          , Compensating    , UndoNextStep  , HasEffectsToUndo      >,
-  Row < Running          , ev::StepFailed          , Failed          , RecordTerminal, Not<HasEffectsToUndo> >,
+  Row < Running          , ev::StepCompleted       , Succeeded       , RecordTerminal, Both<Not<HasMoreSteps>, Not<IsOpen>> >,
+  Row < Running          , ev::StepFailed          , Compensating    , UndoNextStep  , Both<HasEffectsToUndo, Not<IsOpen>> >,
+  Row < Running          , ev::StepFailed          , Failed          , RecordTerminal, Both<Not<HasEffectsToUndo>, Not<IsOpen>> >,
   Row < Running          , ev::StepParked          , NeedsAttention  , RecordParked  , none                  >,
   Row < Running          , ev::CancelRequested     , Compensating    , UndoNextStep  , none                  >,
   Row < Running          , ev::StepAwaitingApproval, AwaitingApproval, RecordWaiting , none                  >,
@@ -74,7 +85,17 @@ struct SagaMachineDef : MachineBase<SagaMachineDef, SagaState, SagaCommand> {
   Row < Paused           , ev::Resumed             , Running         , RunNextStep   , Not<RollingBack>      >,
   Row < Paused           , ev::Resumed             , Compensating    , UndoNextStep  , RollingBack           >,
   Row < Paused           , ev::CancelRequested     , Compensating    , UndoNextStep  , HasEffectsToUndo      >,
-  Row < Paused           , ev::CancelRequested     , Cancelled       , RecordTerminal, Not<HasEffectsToUndo> >
+  Row < Paused           , ev::CancelRequested     , Cancelled       , RecordTerminal, Not<HasEffectsToUndo> >,
+  // ---- an open saga (saga/open_saga.h): calls appended one at a time; a call's end leaves it open
+  //    +----------------+-------------------------+-----------------+---------------+-----------------------+
+  Row < Running          , ev::StepCompleted       , Open            , RecordWaiting , Both<Not<HasMoreSteps>, IsOpen> >,
+  Row < Running          , ev::StepFailed          , Open            , RecordWaiting , IsOpen                >,
+  Row < Open             , ev::CallAppended        , Running         , RunNextStep   , none                  >,
+  Row < Open             , ev::CommitRequested     , Succeeded       , RecordTerminal, none                  >,
+  Row < Open             , ev::CancelRequested     , Compensating    , UndoNextStep  , none                  >,
+  Row < Open             , ev::PauseRequested      , Paused          , RecordParked  , none                  >,
+  Row < Open             , ev::IdleTimedOut        , Compensating    , UndoNextStep  , Not<ParkOnIdle>       >,
+  Row < Open             , ev::IdleTimedOut        , Paused          , RecordParked  , ParkOnIdle            >
   > {};
   // clang-format on
 };

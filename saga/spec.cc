@@ -803,6 +803,8 @@ Result<SagaSpec> ParseSpecText(const std::string& text, const ToolRegistry& tool
   }
 }
 
+int64_t ParseDurationMs(const Json& v) { return ParseTtlMs(v); }
+
 const std::string& SagaSchemaText() {
   static const std::string* text = new std::string(generated::kSagaSchemaText);
   return *text;

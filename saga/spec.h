@@ -84,6 +84,10 @@ Result<SagaSpec> ParseSpec(const Json& doc, const ToolRegistry& tools);
 Result<SagaSpec> ParseSpecText(const std::string& text, const ToolRegistry& tools,
                                const std::string& where = "spec");
 
+/// A duration as specs write it: "30s", "15m", "24h", "7d", or an integer
+/// of seconds; at most 30 days. -1 when malformed or longer.
+int64_t ParseDurationMs(const Json& v);
+
 /// The JSON Schema text (schema/saga.schema.json, compiled in).
 const std::string& SagaSchemaText();
 

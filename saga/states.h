@@ -24,7 +24,8 @@ namespace idem {
   X(Failed,            "failed")             \
   X(Cancelled,         "cancelled")          \
   X(NeedsAttention,    "needs_attention")    \
-  X(Paused,            "paused")
+  X(Paused,            "paused")             \
+  X(Open,              "open")
 
 #define IDEM_STEP_STATES(X)                      \
   X(Planned,             "planned")              \

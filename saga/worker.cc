@@ -33,7 +33,8 @@ Status Engine::Work(const WorkerOptions& worker) {
     if (claimed.ok() && claimed->empty()) {
       // Nothing runnable: a paused saga with a resume or cancel pending?
       std::vector<storage::SagaSummary> paused;
-      if (AddControlled(store_, &paused).ok()) {
+      if (AddControlled(store_, &paused).ok() &&
+          AddIdleDue(store_, options_.clock->NowMs(), &paused).ok()) {  // saga/open_saga.h
         for (const storage::SagaSummary& s : paused) {
           auto r = Drive(s.saga_id);  // another holder answers kAborted
           if (r.ok() || r.status().code() != Code::kAborted) {

@@ -11,6 +11,7 @@
 #include "server/metrics.h"
 #include "server/server.h"
 #include "server/spec_registry.h"
+#include "server/waiter.h"
 #include "storage/store.h"
 #include "tools/tool.h"
 
@@ -27,6 +28,7 @@ struct ServerContext {
   Metrics* metrics = nullptr;
   DriverPool* pool = nullptr;
   const std::atomic<bool>* stopping = nullptr;  ///< the server is stopping
+  SagaWaiter* waiter = nullptr;                 ///< `Prefer: wait=N` (server/waiter.h)
 };
 
 }  // namespace idem::server

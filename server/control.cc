@@ -24,13 +24,6 @@ const char* VerbName(Verb v) {
   return v == Verb::kCancel ? "cancel" : v == Verb::kPause ? "pause" : "resume";
 }
 
-bool HasRole(const Principal& p, const char* role) {
-  for (const std::string& r : p.roles) {
-    if (r == role) return true;
-  }
-  return false;
-}
-
 // The body of a control request: {} or {"reason": "..."}; empty allowed.
 std::optional<std::string> ReadReason(ServerContext& ctx, const HttpRequest& req,
                                       HttpResponse& res) {
@@ -52,22 +45,6 @@ std::optional<std::string> ReadReason(ServerContext& ctx, const HttpRequest& req
   return body->value("reason", "");
 }
 
-// The saga the principal may act on: an operator any, an agent its own.
-std::optional<storage::SagaRecord> ActOn(const ServerContext& ctx, const Principal& p,
-                                         const std::string& id, HttpResponse& res) {
-  if (!HasRole(p, kRoleOperator)) return OwnedSaga(ctx, p, id, res);
-  auto rec = ctx.store->LoadSaga(id);
-  if (!rec.ok()) {
-    if (rec.status().code() == Code::kNotFound) {
-      Problem(res, 404, "not-found", "Not found", "no saga " + id);
-    } else {
-      ProblemFor(res, rec.status());
-    }
-    return std::nullopt;
-  }
-  return std::move(rec).value();
-}
-
 void SendControl(const ServerContext& ctx, HttpResponse& res, const ControlResult& out) {
   auto effects = ctx.store->ListEffects(out.saga.summary.saga_id);
   if (!effects.ok()) return ProblemFor(res, effects.status());
@@ -84,7 +61,7 @@ void Control(ServerContext& ctx, const HttpRequest& req, HttpResponse& res, Verb
   const std::string id = req.matches[1];
   auto reason = ReadReason(ctx, req, res);
   if (!reason) return;
-  if (!ActOn(ctx, *p, id, res)) return;
+  if (!ActOnSaga(ctx, *p, id, res)) return;
   ControlRequest cr;
   cr.who = p->name;
   cr.reason = *reason;
@@ -158,7 +135,7 @@ void ResolveSaga(ServerContext& ctx, const HttpRequest& req, HttpResponse& res) 
   if (body->value("step", "").empty()) return bad("step: required");
   auto decision = ParseDecision(body->value("decision", ""));
   if (!decision.ok()) return bad("decision: " + decision.status().message());
-  if (!ActOn(ctx, *p, id, res)) return;
+  if (!ActOnSaga(ctx, *p, id, res)) return;
   Resolution r;
   r.step_id = body->value("step", "");
   r.decision = *decision;

@@ -94,7 +94,8 @@ void DriverPool::SweepOnce() {
   if (!list.ok()) return;
   std::reverse(list->begin(), list->end());  // oldest first
   const size_t listed = list->size();
-  (void)AddControlled(store_, &*list);  // moved by a control request (after those)
+  (void)AddControlled(store_, &*list);                // moved by a control request (after those)
+  (void)AddIdleDue(store_, clock_->NowMs(), &*list);  // open sagas past their idle timeout
   int64_t now = clock_->NowMs();
   for (auto it = list->begin(); it != list->end(); ++it) {
     const bool controlled = static_cast<size_t>(it - list->begin()) >= listed;

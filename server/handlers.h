@@ -36,6 +36,19 @@ void ResumeSaga(ServerContext& ctx, const HttpRequest& req, HttpResponse& res);
 /// Engine::Resolve (operator).
 void ResolveSaga(ServerContext& ctx, const HttpRequest& req, HttpResponse& res);
 
+// ---- open sagas (open_sagas.cc): steps appended one call at a time
+
+/// POST /v1/open-sagas: Engine::Begin (agent).
+void PostOpenSaga(ServerContext& ctx, const HttpRequest& req, HttpResponse& res);
+/// POST /v1/sagas/{id}/calls: Engine::Call, `Prefer: wait=N` (agent: its own; operator).
+void PostCall(ServerContext& ctx, const HttpRequest& req, HttpResponse& res);
+/// GET /v1/sagas/{id}/calls/{call_id}: the recorded answer, calling nothing.
+void GetCall(ServerContext& ctx, const HttpRequest& req, HttpResponse& res);
+/// POST /v1/sagas/{id}/commit {decision?}: Engine::Commit.
+void CommitOpenSaga(ServerContext& ctx, const HttpRequest& req, HttpResponse& res);
+/// POST /v1/sagas/{id}/rollback {reason?}: Engine::Rollback, `Prefer: wait=N`.
+void RollbackOpenSaga(ServerContext& ctx, const HttpRequest& req, HttpResponse& res);
+
 // ---- specs (specs.cc)
 
 /// PUT /v1/specs/{name}

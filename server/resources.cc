@@ -1,7 +1,9 @@
 #include "server/resources.h"
 
+#include <algorithm>
 #include <utility>
 
+#include "saga/open_saga.h"
 #include "saga/views.h"
 #include "server/problem.h"
 
@@ -52,11 +54,37 @@ Json SpecView(const SpecVersion& v, bool with_doc) {
   return out;
 }
 
+bool HasRole(const Principal& p, const char* role) {
+  return std::find(p.roles.begin(), p.roles.end(), role) != p.roles.end();
+}
+
+std::optional<storage::SagaRecord> ActOnSaga(const ServerContext& ctx, const Principal& p,
+                                             const std::string& id, HttpResponse& res) {
+  if (!HasRole(p, kRoleOperator)) return OwnedSaga(ctx, p, id, res);
+  auto rec = ctx.store->LoadSaga(id);
+  if (!rec.ok()) {
+    if (rec.status().code() == Code::kNotFound) {
+      Problem(res, 404, "not-found", "Not found", "no saga " + id);
+    } else {
+      ProblemFor(res, rec.status());
+    }
+    return std::nullopt;
+  }
+  return std::move(rec).value();
+}
+
 void SendSaga(const ServerContext& ctx, HttpResponse& res, int status,
               const storage::SagaRecord& rec) {
   auto effects = ctx.store->ListEffects(rec.summary.saga_id);
   if (!effects.ok()) return ProblemFor(res, effects.status());
-  SendJson(res, status, SagaView(rec, *effects));
+  auto journal = ctx.store->ReadJournal(rec.summary.saga_id);
+  if (!journal.ok()) return ProblemFor(res, journal.status());
+  Json view = SagaView(rec, *effects);
+  // The model decision of the submission, and an open saga's calls in order
+  // with theirs (saga/open_saga.h).
+  view["decision"] = SubmissionDecision(*journal);
+  if (IsOpenPlan(rec.spec)) view["calls"] = OpenCallsView(rec, *journal);
+  SendJson(res, status, view);
 }
 
 std::optional<storage::SagaRecord> OwnedSaga(const ServerContext& ctx, const Principal& p,

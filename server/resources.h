@@ -32,6 +32,14 @@ Json SpecView(const SpecVersion& v, bool with_doc);
 void SendSaga(const ServerContext& ctx, HttpResponse& res, int status,
               const storage::SagaRecord& rec);
 
+/// Whether `p` has `role`.
+bool HasRole(const Principal& p, const char* role);
+
+/// The saga `p` may act on: an operator any, an agent its own (else nullopt
+/// and a 404 problem, or the store's error, in `res`).
+std::optional<storage::SagaRecord> ActOnSaga(const ServerContext& ctx, const Principal& p,
+                                             const std::string& id, HttpResponse& res);
+
 /// The saga if `p` owns it, else nullopt and a 404 problem (also for another
 /// caller's saga) or the store's error in `res`.
 std::optional<storage::SagaRecord> OwnedSaga(const ServerContext& ctx, const Principal& p,

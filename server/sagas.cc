@@ -8,11 +8,13 @@
 #include <utility>
 
 #include "saga/engine.h"
+#include "saga/open_saga.h"
 #include "saga/spec.h"
 #include "saga/states.h"
 #include "server/handlers.h"
 #include "server/problem.h"
 #include "server/resources.h"
+#include "server/waiter.h"
 
 namespace idem::server {
 namespace {
@@ -38,6 +40,7 @@ std::string IdempotencyKeyOf(const HttpRequest& req) {
 struct Submission {
   SagaSpec spec;
   Json input;
+  std::optional<ModelDecision> decision;
 };
 
 // The spec and input of a submission, or a 400/422 problem.
@@ -48,11 +51,21 @@ std::optional<Submission> ReadSubmission(const ServerContext& ctx, const Princip
     return std::nullopt;
   }
   for (const auto& [k, v] : body.items()) {
-    if (k != "spec" && k != "input" && k != "version") {
+    if (k != "spec" && k != "input" && k != "version" && k != "decision") {
       Problem(res, 400, "invalid-request", "Invalid request",
-              "body: unknown field \"" + k + "\" (expected spec, input, version)");
+              "body: unknown field \"" + k + "\" (expected spec, input, version, decision)");
       return std::nullopt;
     }
+  }
+  std::optional<ModelDecision> decision;
+  if (body.contains("decision") && !body["decision"].is_null()) {
+    auto d = ParseModelDecision(body["decision"], "decision",
+                                ctx.engine->options().limits.max_decision_text_bytes);
+    if (!d.ok()) {
+      Problem(res, 422, "invalid-decision", "Invalid model decision", d.status().message());
+      return std::nullopt;
+    }
+    decision = std::move(d).value();
   }
   if (!body.contains("spec") || !(body["spec"].is_object() || body["spec"].is_string())) {
     Problem(res, 400, "invalid-request", "Invalid request",
@@ -134,14 +147,14 @@ std::optional<Submission> ReadSubmission(const ServerContext& ctx, const Princip
     Problem(res, 422, "saga-too-large", "Saga exceeds a limit", within.message());
     return std::nullopt;
   }
-  return Submission{std::move(spec).value(), std::move(input)};
+  return Submission{std::move(spec).value(), std::move(input), std::move(decision)};
 }
 
 // Runs once per (caller, key), under the key layer.
 void Submit(ServerContext& ctx, const Principal& p, const Submission& sub, const HttpRequest& req,
             HttpResponse& res) {
   const std::string key = p.name + ":" + IdempotencyKeyOf(req);
-  auto out = ctx.engine->Submit(sub.spec, sub.input, key);
+  auto out = ctx.engine->Submit(sub.spec, sub.input, key, sub.decision);
   if (!out.ok()) {
     if (out.status().code() == Code::kConflict) {
       return Problem(res, 422, "idempotency-key-reused", "Idempotency-Key reused",
@@ -154,6 +167,42 @@ void Submit(ServerContext& ctx, const Principal& p, const Submission& sub, const
   res.SetHeader("Location", "/v1/sagas/" + out->saga_id);
   SendSaga(ctx, res, out->created ? 201 : 200, *rec);
   if (!ctx.stopping->load()) ctx.pool->Enqueue(out->saga_id);
+}
+
+// Prefer: wait=N (RFC 7240) on a submission: outside the key layer (which
+// keeps the first answer), the saga is read again once it finished, parked
+// or waits for a person, or after N seconds; 202 while it still runs.
+void WaitForOutcome(ServerContext& ctx, const HttpRequest& req, HttpResponse& res) {
+  const int wait = PreferredWaitSeconds(req.Header("Prefer"));
+  if (wait < 0 || (res.status != 200 && res.status != 201)) return;
+  const std::string location = res.Header("Location");
+  const std::string prefix = "/v1/sagas/";
+  std::string id;
+  if (location.compare(0, prefix.size(), prefix) == 0) {
+    id = location.substr(prefix.size());
+  } else {
+    auto doc = ParseJson(res.body, "response");
+    if (doc.ok() && doc->is_object()) id = doc->value("saga_id", "");
+  }
+  if (id.empty()) return;
+  storage::SagaRecord rec;
+  auto settled = [&] {
+    auto now = ctx.store->LoadSaga(id);
+    if (!now.ok()) return true;
+    rec = std::move(now).value();
+    auto st = ParseSagaState(rec.summary.state);
+    return st && (IsTerminal(*st) || *st == SagaState::kNeedsAttention ||
+                  *st == SagaState::kAwaitingApproval || *st == SagaState::kPaused ||
+                  *st == SagaState::kOpen);
+  };
+  const bool done = ctx.waiter->WaitFor(id, wait, settled);
+  if (rec.summary.saga_id.empty()) return;
+  const int status = done ? res.status : 202;
+  const std::string replayed = res.Header("Idempotent-Replayed");
+  SendSaga(ctx, res, status, rec);
+  res.SetHeader("Preference-Applied", "wait=" + std::to_string(wait));
+  res.SetHeader("Location", location.empty() ? prefix + id : location);
+  if (!replayed.empty()) res.SetHeader("Idempotent-Replayed", replayed);
 }
 
 }  // namespace
@@ -181,6 +230,7 @@ void PostSaga(ServerContext& ctx, const HttpRequest& req, HttpResponse& res) {
   } else if (res.status == 409) {
     ctx.metrics->Duplicate("in_flight");
   }
+  WaitForOutcome(ctx, req, res);
 }
 
 void GetSaga(ServerContext& ctx, const HttpRequest& req, HttpResponse& res) {

@@ -3,6 +3,7 @@
 
 #include "server/server.h"
 
+#include <algorithm>
 #include <atomic>
 #include <utility>
 
@@ -35,6 +36,7 @@ struct Server::Impl {
   std::unique_ptr<SpecRegistry> specs;
   Metrics metrics;
   std::unique_ptr<DriverPool> pool;
+  std::unique_ptr<SagaWaiter> waiter;
   ServerContext ctx;
   std::unique_ptr<HttpListener> http;
   bool started = false;
@@ -106,6 +108,14 @@ Result<std::unique_ptr<Server>> Server::Create(storage::Store* store, const Tool
   eo.stop = &impl->stop_flag;
   eo.observer = observability::WithJournalLog(nullptr);
   observability::ReportTo(&raw->metrics, store, &eo);
+  // Waiters (Prefer: wait=N) wake on their saga's entries; at most half the
+  // handler threads wait at once, and each re-reads every 2 s for changes
+  // other processes made.
+  impl->waiter = std::make_unique<SagaWaiter>(std::max(1, o.http_threads / 2), 2'000);
+  eo.observer = [next = eo.observer, waiter = impl->waiter.get()](const storage::JournalEntry& e) {
+    if (next) next(e);
+    waiter->Notify(e.saga_id);
+  };
   impl->engine = std::make_unique<Engine>(store, tools, eo);
 
   DriverPoolOptions po;
@@ -126,6 +136,7 @@ Result<std::unique_ptr<Server>> Server::Create(storage::Store* store, const Tool
   ctx.metrics = &impl->metrics;
   ctx.pool = impl->pool.get();
   ctx.stopping = &impl->stop_flag;
+  ctx.waiter = impl->waiter.get();
 
   http::ServerOptions lo;
   lo.host = o.host;
@@ -175,6 +186,7 @@ void Server::Stop() {
   if (!s.started || s.stopped) return;
   s.stopped = true;
   s.stop_flag.store(true);  // drives stop between steps
+  s.waiter->StopAll();      // requests waiting for an outcome answer now
   s.http->Stop();
   s.pool->Stop();
 }

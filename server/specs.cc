@@ -15,10 +15,6 @@ namespace idem::server {
 
 namespace {
 
-bool HasRole(const Principal& p, const char* role) {
-  return std::find(p.roles.begin(), p.roles.end(), role) != p.roles.end();
-}
-
 // Approvers read every spec (they judge what sagas do); agents their own and
 // shared ones.
 bool MayRead(const Principal& p, const storage::SpecOwner& owner) {

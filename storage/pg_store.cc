@@ -261,6 +261,13 @@ constexpr Statement kSettleControl = {
     "settle_control",
     "DELETE FROM saga_controls WHERE saga_id = $1 AND request_id = $2 RETURNING txid_current()"};
 
+// An open saga's call (saga/open_saga.h): its plan grows, and the call id
+// names the new step once (open_calls' primary key).
+constexpr Statement kUpdateSpec = {"update_spec", "UPDATE sagas SET spec = $2 WHERE saga_id = $1"};
+constexpr Statement kInsertOpenCall = {
+    "insert_open_call",
+    "INSERT INTO open_calls (saga_id, call_id, step_idx, created_ms) VALUES ($1, $2, $3, $4)"};
+
 // Run through libpq pipelines (see Pipe), prepared at a connection's first write.
 constexpr std::array kWriteStatements = {
     kSagaExists,
@@ -297,6 +304,8 @@ constexpr std::array kWriteStatements = {
     kClaimSpecName,
     kSelectSpecOwner,
     kSetSpecShared,
+    kUpdateSpec,
+    kInsertOpenCall,
 };
 
 // ---- Errors -----------------------------------------------------------------
@@ -1369,7 +1378,7 @@ Result<bool> ApplyBatch(WriteTx& tx, const WriteBatch& batch, int64_t updated_ms
   // lease epoch until COMMIT: a claim (which bumps it) waits for us or skips
   // the row. The fenced UPDATE takes the same lock (and rechecks the epoch on
   // the row's latest version after waiting for it).
-  enum class Kind { kStep, kJournal, kToken, kEffect };
+  enum class Kind { kStep, kJournal, kToken, kEffect, kSpec, kOpenCall };
   size_t journal_done = 0;
   bool locked_by_select = false;
   if (batch.saga_state.has_value()) {
@@ -1422,6 +1431,15 @@ Result<bool> ApplyBatch(WriteTx& tx, const WriteBatch& batch, int64_t updated_ms
           f.external_ref, static_cast<int64_t>(f.at_ms));
     kinds.emplace_back(Kind::kEffect, k);
   }
+  if (batch.spec.has_value()) {
+    p.Add(kUpdateSpec, batch.saga_id, *batch.spec);
+    kinds.emplace_back(Kind::kSpec, 0);
+  }
+  if (batch.open_call.has_value()) {
+    const WriteBatch::OpenCall& oc = *batch.open_call;
+    p.Add(kInsertOpenCall, batch.saga_id, oc.call_id, oc.step_index, oc.at_ms);
+    kinds.emplace_back(Kind::kOpenCall, 0);
+  }
 
   std::vector<Reply> got = p.Run();
   for (size_t k = 0; k < first; ++k) {
@@ -1470,6 +1488,11 @@ Result<bool> ApplyBatch(WriteTx& tx, const WriteBatch& batch, int64_t updated_ms
       }
       if (kind == Kind::kToken) {
         return Status::Conflict("commit token already used; nothing of the batch was written");
+      }
+      if (kind == Kind::kOpenCall) {
+        return Status::Conflict("call id " + Quote(batch.open_call->call_id) +
+                                " is already a step of saga " + Quote(batch.saga_id) +
+                                "; nothing of the batch was written");
       }
       if (kind == Kind::kEffect) {
         return Status::Conflict("effect idempotency key " +

@@ -782,6 +782,29 @@ Status ApplyBatch(StatementCache& c, const WriteBatch& batch, int64_t now_ms) {
     }
   }
 
+  if (batch.spec.has_value()) {
+    Stmt up = c.Get("UPDATE sagas SET spec = ? WHERE saga_id = ?");
+    BindJson(*up, 1, *batch.spec);
+    up->bind(2, batch.saga_id);
+    up->exec();
+  }
+  if (batch.open_call.has_value()) {
+    const WriteBatch::OpenCall& oc = *batch.open_call;
+    Stmt ins = c.Get(
+        "INSERT INTO open_calls (saga_id, call_id, step_idx, created_ms) VALUES (?, ?, ?, ?)");
+    ins->bind(1, batch.saga_id);
+    ins->bind(2, oc.call_id);
+    ins->bind(3, oc.step_index);
+    ins->bind(4, static_cast<int64_t>(oc.at_ms));
+    try {
+      ins->exec();
+    } catch (const SQLite::Exception& e) {
+      if (!IsConstraint(e)) throw;
+      return Status::Conflict("call id " + Quote(oc.call_id) + " is already a step of saga " +
+                              Quote(batch.saga_id) + "; nothing of the batch was written");
+    }
+  }
+
   if (batch.release_lease) {  // fenced above: the lease is this batch's to give up
     Stmt up = c.Get("UPDATE sagas SET lease_expires_ms = 0 WHERE saga_id = ?");
     up->bind(1, batch.saga_id);

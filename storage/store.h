@@ -151,6 +151,20 @@ struct WriteBatch {
   /// next claim bumps it). A drive's last write carries it, saving a commit.
   /// Without fence_epoch: kInvalidArgument.
   bool release_lease = false;
+  /// Set: the saga's frozen plan is replaced by this one (an open saga's
+  /// plan grows by one step per call, saga/open_saga.h, written with the new
+  /// step's row and `open_call`).
+  std::optional<Json> spec;
+  /// Set: call `open_call->call_id` of an open saga is step index
+  /// `open_call->step_index` (table open_calls). A call id names one step of
+  /// a saga once: a second batch with it fails with kConflict and writes
+  /// nothing.
+  struct OpenCall {
+    std::string call_id;
+    int step_index = 0;
+    int64_t at_ms = 0;
+  };
+  std::optional<OpenCall> open_call;
 };
 
 /// A saga claimed by a worker: it may drive the saga while its lease holds,

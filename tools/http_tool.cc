@@ -12,6 +12,8 @@
 
 #include <httplib.h>
 
+#include "tools/open_policy.h"
+
 namespace idem {
 namespace {
 
@@ -255,11 +257,13 @@ Status ParseEndpoint(const Json& obj, const std::string& place,
 
 Result<HttpToolConfig> ParseTool(const Json& t, const std::string& place) {
   if (!t.is_object()) return Bad(place, "expected an object");
-  IDEM_RETURN_IF_ERROR(
-      OnlyFields(t, place,
-                 {"name", "effect", "description", "base_url", "commit", "status", "preview",
-                  "honours_keys", "headers", "timeout_ms", "connect_timeout_ms"}));
+  std::set<std::string> fields = {"name",    "effect",     "description",       "base_url",
+                                  "commit",  "status",     "preview",           "honours_keys",
+                                  "headers", "timeout_ms", "connect_timeout_ms"};
+  for (const char* const* f = OpenPolicyFields(); *f != nullptr; ++f) fields.insert(*f);
+  IDEM_RETURN_IF_ERROR(OnlyFields(t, place, fields));
   HttpToolConfig c;
+  IDEM_RETURN_IF_ERROR(ParseOpenCallPolicy(t, place, &c.info.open));
   Result<std::string> name = RequiredString(t, "name", place);
   if (!name.ok()) return name.status();
   if (!ValidToolName(*name)) {

@@ -37,6 +37,31 @@ enum class EffectClass {
 const char* EffectClassName(EffectClass c);
 Result<EffectClass> ParseEffectClass(const std::string& name);
 
+/// How an open saga (saga/open_saga.h) calls a tool outside a spec: what a
+/// spec step would say, declared once in the registry (the in-process
+/// ToolInfo, or the HTTP tools file's "compensate", "reason", "repeats",
+/// "two_phase", "approval": tools/open_policy.h).
+struct OpenCallPolicy {
+  /// The compensation tool ("" when none is declared) and its arguments:
+  /// templates over the action's arguments and result, `${args.<path>}` and
+  /// `${result.<path>}` (whole-value or inside a string; `$${` is a literal).
+  std::string compensate_tool;
+  Json compensate_args = Json::object();
+  /// `"compensate": null` with this reason: a write tool with nothing to
+  /// undo. A write or irreversible tool with neither is refused in an open
+  /// saga's tool list, as a spec refuses such a step.
+  std::string no_compensation_reason;
+  /// The same tool with the same argument fingerprint under a new call id in
+  /// one saga (the model repeating itself): answered from the journal for
+  /// write and irreversible tools (true), or called again (false, `"repeats":
+  /// "allow"`). Read and idempotent tools are always called again.
+  bool deduplicate_repeats = true;
+  /// Preview, commit token, commit; with `human_approval`, the commit waits
+  /// for a person (`"approval": "human"`).
+  bool two_phase = false;
+  bool human_approval = false;
+};
+
 /// What a registry knows of a tool.
 struct ToolInfo {
   std::string name;  ///< "flights.reserve"
@@ -49,6 +74,7 @@ struct ToolInfo {
   /// The tool answers Preview(call): what a commit would do, without doing it.
   bool has_preview = false;
   std::string description;
+  OpenCallPolicy open;  ///< how an open saga calls it
 };
 
 /// One call of a tool.

@@ -643,6 +643,16 @@ class ProviderTool : public Tool {
     info_.has_status = def.has_status;
     info_.has_preview = def.has_preview;
     info_.description = def.description;
+    // Called outside a spec (an open saga, saga/open_saga.h): the provider's
+    // undo, with the action's reference from its result.
+    for (const ToolDef& undo : kTools) {
+      if (def.role == Role::kAction && undo.role == Role::kCompensation &&
+          std::string(undo.provider) == def.provider && std::string(undo.undoes) == def.operation) {
+        info_.open.compensate_tool = ToolName(undo);
+        info_.open.compensate_args = {
+            {def.ref_field, std::string("${result.") + def.ref_field + "}"}};
+      }
+    }
     for (const auto& rule : options.faults) {
       if (rule.tool == info_.name) faults_.push_back(rule);
     }

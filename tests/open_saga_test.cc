@@ -1,0 +1,389 @@
+// Open sagas (saga/open_saga.h, issue 14): begin, calls appended one at a
+// time, commit, rollback, duplicates, two-phase calls, the idle policy and
+// decisions, on a real SQLite file and a real PostgreSQL database (the ctest
+// fixture `postgres`). The tools count their effects per key (a ledger), so
+// "no second call" is asserted on what the provider saw.
+
+#include "saga/open_saga.h"
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "preview_commit/token.h"
+#include "saga/engine.h"
+#include "saga/states.h"
+#include "storage/store.h"
+#include "tests/test_util.h"
+
+#include "common/clock.h"
+
+namespace idem {
+namespace {
+
+class OpenSagaTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    ASSERT_NO_FATAL_FAILURE(Open());
+    // flights.book: keyed; compensated by flights.cancel with the booking id.
+    ToolInfo book = Info("flights.book", EffectClass::kWrite);
+    book.open.compensate_tool = "flights.cancel";
+    book.open.compensate_args = {{"booking", "${result.booking_id}"}, {"city", "${args.to}"}};
+    Add(book, [this](const ToolCall& c) {
+      if (c.args.value("to", "") == "nowhere") return ToolOutcome::Failed("no such city", false);
+      return ToolOutcome::Succeeded({{"booking_id", "bk-" + std::to_string(Effect("book", c))}});
+    });
+    Add(Info("flights.cancel", EffectClass::kIdempotent), [this](const ToolCall& c) {
+      std::lock_guard<std::mutex> lock(mu_);
+      undone_.push_back(c.args.value("booking", "") + "@" + c.args.value("city", ""));
+      return ToolOutcome::Succeeded(Json::object());
+    });
+    ToolInfo note = Info("notes.add", EffectClass::kWrite);
+    note.open.no_compensation_reason = "a note is harmless";
+    note.open.deduplicate_repeats = false;  // "repeats": "allow"
+    Add(note, [this](const ToolCall& c) {
+      return ToolOutcome::Succeeded({{"n", Effect("note", c)}});
+    });
+    Add(Info("search", EffectClass::kRead), [this](const ToolCall& c) {
+      return ToolOutcome::Succeeded({{"hits", Effect("search", c)}});
+    });
+    Add(Info("mail.send", EffectClass::kIrreversible), [this](const ToolCall& c) {
+      return ToolOutcome::Succeeded({{"sent", Effect("mail", c)}});
+    });
+    // pay.charge: two-phase with a person's approval.
+    ToolInfo pay = Info("pay.charge", EffectClass::kWrite);
+    pay.open.compensate_tool = "flights.cancel";
+    pay.open.two_phase = true;
+    pay.open.human_approval = true;
+    auto preview = [](const ToolCall& c) {
+      PreviewOutcome o;
+      o.ok = true;
+      o.summary = "charge " + c.args.dump();
+      o.changes = c.args;
+      return o;
+    };
+    ASSERT_OK(tools_.Register(std::make_unique<FunctionTool>(
+        pay,
+        [this](const ToolCall& c) {
+          return ToolOutcome::Succeeded({{"charge", Effect("pay", c)}});
+        },
+        nullptr, preview)));
+  }
+
+  void Open() {
+    store_.reset();
+    if (GetParam() == "sqlite") {
+      ASSERT_OK_AND_ASSIGN(store_, sqlite_.Open());
+    } else {
+      ASSERT_OK_AND_ASSIGN(store_, pg_.Open());
+    }
+  }
+
+  static ToolInfo Info(const std::string& name, EffectClass c) {
+    ToolInfo i;
+    i.name = name;
+    i.effect = c;
+    i.honours_keys = true;
+    return i;
+  }
+  void Add(const ToolInfo& info, FunctionTool::InvokeFn fn) {
+    ASSERT_OK(tools_.Register(std::make_unique<FunctionTool>(info, std::move(fn))));
+  }
+  // A keyed provider's ledger: every call counted, an effect applied once
+  // per key (a repeat answers the first effect's number).
+  int Effect(const std::string& what, const ToolCall& c) {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++calls_[what];
+    auto it = applied_.find(c.key);
+    if (it != applied_.end()) return it->second;
+    return applied_[c.key] = ++effects_[what];
+  }
+  int Effects(const std::string& what) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return effects_[what];
+  }
+  int Calls(const std::string& what) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return calls_[what];
+  }
+
+  EngineOptions Options() {
+    EngineOptions o;
+    o.clock = &clock_;
+    o.signer = &signer_;
+    o.use_leases = GetParam() != "sqlite";
+    o.owner = "test";
+    return o;
+  }
+
+  std::string Begin(Engine& e, std::vector<std::string> tools, int64_t idle_ms = 0,
+                    OnIdle on_idle = OnIdle::kRollback) {
+    BeginRequest br;
+    br.intent_key = "trip-" + std::to_string(++begun_);
+    br.tools = std::move(tools);
+    br.metadata = {{"user", "ana"}};
+    br.idle_timeout_ms = idle_ms;
+    br.on_idle = on_idle;
+    auto out = e.Begin(br);
+    EXPECT_OK(out);
+    return out.ok() ? out->saga_id : "";
+  }
+
+  CallAnswer Call(Engine& e, const std::string& saga, const std::string& call_id,
+                  const std::string& tool, Json args, bool repeat = false) {
+    CallRequest cr;
+    cr.call_id = call_id;
+    cr.tool = tool;
+    cr.args = std::move(args);
+    cr.repeat = repeat;
+    auto out = e.Call(saga, cr);
+    EXPECT_OK(out);
+    return out.ok() ? *out : CallAnswer{};
+  }
+
+  std::string State(const std::string& id) {
+    auto rec = store_->LoadSaga(id);
+    return rec.ok() ? rec->summary.state : rec.status().ToString();
+  }
+
+  std::vector<storage::JournalEntry> Journal(const std::string& id) {
+    auto j = store_->ReadJournal(id);
+    EXPECT_OK(j);
+    return j.ok() ? *j : std::vector<storage::JournalEntry>{};
+  }
+
+  test::SqliteTestStore sqlite_;
+  test::PgTestStore pg_;
+  std::unique_ptr<storage::Store> store_;
+  ToolRegistry tools_;
+  ManualClock clock_;
+  preview_commit::KeyRing keys_ =
+      preview_commit::KeyRing::ForTesting({{"k1", std::string(32, 'k')}}, "k1");
+  preview_commit::TokenSigner signer_{&keys_, &clock_};
+  std::mutex mu_;
+  std::map<std::string, int> calls_;    // GUARDED_BY(mu_) by tool
+  std::map<std::string, int> effects_;  // GUARDED_BY(mu_) effects applied, by tool
+  std::map<std::string, int> applied_;  // GUARDED_BY(mu_) key -> its effect's number
+  std::vector<std::string> undone_;     // GUARDED_BY(mu_)
+  int begun_ = 0;
+};
+
+TEST_P(OpenSagaTest, BeginCallCommit) {
+  Engine e(store_.get(), &tools_, Options());
+  const std::string id = Begin(e, {"flights.book", "search"});
+  EXPECT_EQ(State(id), "open");
+  CallAnswer a = Call(e, id, "call_1", "flights.book", {{"to", "lisbon"}});
+  EXPECT_EQ(a.refusal, CallRefusal::kNone) << a.message;
+  EXPECT_EQ(a.state, "succeeded");
+  EXPECT_EQ(a.step_id, "c1");
+  EXPECT_EQ(a.result["booking_id"], "bk-1");
+  EXPECT_FALSE(a.deduplicated);
+  EXPECT_EQ(State(id), "open");
+  CallAnswer b = Call(e, id, "call_2", "search", {{"q", "hotels"}});
+  EXPECT_EQ(b.state, "succeeded");
+  EXPECT_EQ(b.step_id, "c2");
+  ASSERT_OK_AND_ASSIGN(auto rec, e.Commit(id, "agent"));
+  EXPECT_EQ(rec.summary.state, "succeeded");
+  ASSERT_OK_AND_ASSIGN(auto effects, store_->ListEffects(id));
+  ASSERT_EQ(effects.size(), 2u);
+  EXPECT_EQ(effects[0].idempotency_key, id + "/c1");
+  // A call after the commit is refused, and calls nothing.
+  CallAnswer late = Call(e, id, "call_3", "search", {{"q", "x"}});
+  EXPECT_EQ(late.refusal, CallRefusal::kSagaNotOpen);
+  EXPECT_EQ(Calls("search"), 1);
+}
+
+TEST_P(OpenSagaTest, AFailedCallLeavesTheSagaOpenAndRollbackCompensatesInReverse) {
+  Engine e(store_.get(), &tools_, Options());
+  const std::string id = Begin(e, {"flights.book", "notes.add"});
+  EXPECT_EQ(Call(e, id, "c-a", "flights.book", {{"to", "lisbon"}}).state, "succeeded");
+  EXPECT_EQ(Call(e, id, "c-b", "flights.book", {{"to", "porto"}}).state, "succeeded");
+  CallAnswer failed = Call(e, id, "c-c", "flights.book", {{"to", "nowhere"}});
+  EXPECT_EQ(failed.state, "failed");
+  EXPECT_EQ(failed.error, "no such city");
+  EXPECT_EQ(State(id), "open");  // the agent decides
+  ControlRequest r;
+  r.who = "agent";
+  ASSERT_OK_AND_ASSIGN(auto out, e.Rollback(id, r));
+  EXPECT_EQ(out.saga.summary.state, "compensated");
+  std::lock_guard<std::mutex> lock(mu_);
+  // Templates over the action's result and arguments; the last first.
+  EXPECT_EQ(undone_, (std::vector<std::string>{"bk-2@porto", "bk-1@lisbon"}));
+}
+
+TEST_P(OpenSagaTest, ARepeatedCallIdAnswersTheRecordedResultAndCallsNothing) {
+  Engine e(store_.get(), &tools_, Options());
+  const std::string id = Begin(e, {"flights.book"});
+  CallAnswer first = Call(e, id, "call_x", "flights.book", {{"to", "lisbon"}});
+  // The same call id with other arguments: still the recorded answer.
+  CallAnswer again = Call(e, id, "call_x", "flights.book", {{"to", "rome"}});
+  EXPECT_EQ(Calls("book"), 1);
+  EXPECT_TRUE(again.deduplicated);
+  EXPECT_EQ(again.duplicate_reason, "same call_id");
+  EXPECT_EQ(again.result, first.result);
+  EXPECT_EQ(again.step_id, "c1");
+}
+
+TEST_P(OpenSagaTest, TheSameWriteUnderANewCallIdIsDeduplicatedUnlessRepeat) {
+  Engine e(store_.get(), &tools_, Options());
+  const std::string id = Begin(e, {"flights.book", "search", "notes.add"});
+  Call(e, id, "call_1", "flights.book", {{"to", "lisbon"}});
+  CallAnswer dup = Call(e, id, "call_2", "flights.book", {{"to", "lisbon"}});
+  EXPECT_TRUE(dup.deduplicated);
+  EXPECT_EQ(dup.duplicate_of, "call_1");
+  EXPECT_EQ(dup.duplicate_reason, "same tool and arguments");
+  EXPECT_EQ(dup.call_id, "call_2");
+  EXPECT_EQ(Calls("book"), 1);
+  // repeat: true means a second effect, under its own key.
+  CallAnswer second = Call(e, id, "call_3", "flights.book", {{"to", "lisbon"}}, /*repeat=*/true);
+  EXPECT_FALSE(second.deduplicated);
+  EXPECT_EQ(second.step_id, "c2");
+  EXPECT_EQ(Calls("book"), 2);
+  // Reads are called again; a tool whose policy allows repeats too.
+  Call(e, id, "s1", "search", {{"q", "a"}});
+  Call(e, id, "s2", "search", {{"q", "a"}});
+  EXPECT_EQ(Calls("search"), 2);
+  Call(e, id, "n1", "notes.add", {{"t", "a"}});
+  Call(e, id, "n2", "notes.add", {{"t", "a"}});
+  EXPECT_EQ(Calls("note"), 2);
+  int dedup_entries = 0;
+  for (const auto& j : Journal(id)) dedup_entries += j.event == "call_deduplicated";
+  EXPECT_EQ(dedup_entries, 1);
+}
+
+TEST_P(OpenSagaTest, AToolNotInTheListIsRefusedAndAnUncompensatedWriteCannotBeListed) {
+  Engine e(store_.get(), &tools_, Options());
+  const std::string id = Begin(e, {"search"});
+  CallAnswer a = Call(e, id, "c1", "flights.book", {{"to", "x"}});
+  EXPECT_EQ(a.refusal, CallRefusal::kToolNotAllowed);
+  EXPECT_EQ(Calls("book"), 0);
+  BeginRequest br;
+  br.intent_key = "bad";
+  br.tools = {"search", "mail.send"};
+  EXPECT_THAT(e.Begin(br), test::StatusIs(Code::kInvalidArgument, "tools[1]"));
+  br.tools = {"nope"};
+  EXPECT_THAT(e.Begin(br), test::StatusIs(Code::kInvalidArgument, "unknown tool \"nope\""));
+}
+
+TEST_P(OpenSagaTest, BeginIsIdempotentPerIntentKeyAndConflictsOnOtherContent) {
+  Engine e(store_.get(), &tools_, Options());
+  BeginRequest br;
+  br.intent_key = "k";
+  br.tools = {"search"};
+  ASSERT_OK_AND_ASSIGN(auto one, e.Begin(br));
+  ASSERT_OK_AND_ASSIGN(auto two, e.Begin(br));
+  EXPECT_TRUE(one.created);
+  EXPECT_FALSE(two.created);
+  EXPECT_EQ(one.saga_id, two.saga_id);
+  br.tools = {"search", "flights.book"};
+  EXPECT_THAT(e.Begin(br), test::StatusIs(Code::kConflict));
+}
+
+TEST_P(OpenSagaTest, ATwoPhaseCallWaitsForApprovalThenTheSameCallIdAnswersSucceeded) {
+  Engine e(store_.get(), &tools_, Options());
+  const std::string id = Begin(e, {"pay.charge"});
+  CallAnswer a = Call(e, id, "pay_1", "pay.charge", {{"eur", 90}});
+  EXPECT_EQ(a.state, "awaiting_approval");
+  EXPECT_EQ(State(id), "awaiting_approval");
+  EXPECT_EQ(Calls("pay"), 0);
+  // Commit is refused while it waits, naming the call.
+  EXPECT_THAT(e.Commit(id, "agent"), test::StatusIs(Code::kFailedPrecondition, "c1"));
+  ASSERT_OK_AND_ASSIGN(auto rec, store_->LoadSaga(id));
+  auto phase = rec.steps[0].phase;
+  ASSERT_TRUE(phase.is_object());
+  ApprovalDecision d;
+  d.approve = true;
+  d.who = "ana";
+  ASSERT_OK(e.Decide(phase["token"].get<std::string>(), d));
+  CallAnswer again = Call(e, id, "pay_1", "pay.charge", {{"eur", 90}});
+  EXPECT_EQ(again.state, "succeeded");
+  EXPECT_EQ(Calls("pay"), 1);
+  EXPECT_EQ(State(id), "open");
+  ASSERT_OK(e.Commit(id, "agent"));
+}
+
+TEST_P(OpenSagaTest, IdleTimeoutRollsBackOrPausesDurablyAcrossARestart) {
+  std::string rolls, parks;
+  {
+    Engine e(store_.get(), &tools_, Options());
+    rolls = Begin(e, {"flights.book"}, 60'000, OnIdle::kRollback);
+    parks = Begin(e, {"flights.book"}, 60'000, OnIdle::kPark);
+    Call(e, rolls, "c1", "flights.book", {{"to", "lisbon"}});
+    Call(e, parks, "c1", "flights.book", {{"to", "porto"}});
+    ASSERT_OK_AND_ASSIGN(auto report, e.Recover());
+    EXPECT_TRUE(report.saga_ids.empty()) << "not due yet";
+  }
+  ASSERT_NO_FATAL_FAILURE(Open());  // a restart: a new store and engine, the deadline is durable
+  clock_.AdvanceMs(61'000);
+  Engine e(store_.get(), &tools_, Options());
+  ASSERT_OK_AND_ASSIGN(auto rec, store_->LoadSaga(rolls));
+  EXPECT_TRUE(NeedsDrive(rec, clock_.NowMs()));
+  ASSERT_OK_AND_ASSIGN(auto report, e.Recover());
+  EXPECT_EQ(report.saga_ids.size(), 2u);
+  EXPECT_EQ(State(rolls), "compensated");
+  EXPECT_EQ(State(parks), "paused");
+  // A person resumes the parked one: it is open again and takes calls.
+  ControlRequest r;
+  r.who = "ops";
+  ASSERT_OK(e.Resume(parks, r));
+  EXPECT_EQ(State(parks), "open");
+  EXPECT_EQ(Call(e, parks, "c2", "flights.book", {{"to", "faro"}}).state, "succeeded");
+}
+
+TEST_P(OpenSagaTest, CancelPauseAndResumeWorkOnAnOpenSaga) {
+  Engine e(store_.get(), &tools_, Options());
+  const std::string id = Begin(e, {"flights.book"});
+  Call(e, id, "c1", "flights.book", {{"to", "lisbon"}});
+  ControlRequest r;
+  r.who = "ops";
+  ASSERT_OK(e.Pause(id, r));
+  EXPECT_EQ(State(id), "paused");
+  EXPECT_EQ(Call(e, id, "c2", "flights.book", {{"to", "rome"}}).refusal, CallRefusal::kSagaNotOpen);
+  ASSERT_OK(e.Resume(id, r));
+  EXPECT_EQ(State(id), "open");
+  ASSERT_OK_AND_ASSIGN(auto out, e.Cancel(id, r));
+  EXPECT_EQ(out.saga.summary.state, "compensated");
+  std::lock_guard<std::mutex> lock(mu_);
+  EXPECT_EQ(undone_.size(), 1u);
+}
+
+TEST_P(OpenSagaTest, DecisionsAreJournaledWithTheCallAndShownInTheView) {
+  Engine e(store_.get(), &tools_, Options());
+  const std::string id = Begin(e, {"search"});
+  CallRequest cr;
+  cr.call_id = "call_abc";
+  cr.tool = "search";
+  cr.args = {{"q", "${input.secret}"}};  // data, never a template
+  ASSERT_OK_AND_ASSIGN(cr.decision, ParseModelDecision({{"model", "gpt-4.1"},
+                                                        {"message_id", "msg_1"},
+                                                        {"call_id", "call_abc"},
+                                                        {"prompt_sha256", std::string(64, 'a')},
+                                                        {"reasoning", "the user asked for hotels"}},
+                                                       "decision", 1024));
+  ASSERT_OK_AND_ASSIGN(auto a, e.Call(id, cr));
+  EXPECT_EQ(a.state, "succeeded");
+  ASSERT_OK_AND_ASSIGN(auto rec, store_->LoadSaga(id));
+  EXPECT_EQ(rec.steps[0].args["q"], "${input.secret}");
+  Json calls = OpenCallsView(rec, Journal(id));
+  ASSERT_EQ(calls.size(), 1u);
+  EXPECT_EQ(calls[0]["call_id"], "call_abc");
+  EXPECT_EQ(calls[0]["decision"]["model"], "gpt-4.1");
+  EXPECT_EQ(calls[0]["decision"]["reasoning"], "the user asked for hotels");
+  // Bounded text, a hash of 64 hex digits.
+  EXPECT_THAT(ParseModelDecision({{"model", "m"}, {"prompt_sha256", "xyz"}}, "decision", 10),
+              test::StatusIs(Code::kInvalidArgument, "decision.prompt_sha256"));
+  EXPECT_THAT(
+      ParseModelDecision(
+          {{"model", "m"}, {"prompt_sha256", std::string(64, 'b')}, {"prompt", "12345678901"}},
+          "decision", 10),
+      test::StatusIs(Code::kInvalidArgument, "decision.prompt"));
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, OpenSagaTest, ::testing::Values("sqlite", "postgresql"),
+                         [](const auto& info) { return info.param; });
+
+}  // namespace
+}  // namespace idem
