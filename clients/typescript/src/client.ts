@@ -88,10 +88,11 @@ export interface IdemRequest {
 
 /**
  * 409s that mean "not now", not "no": the same key is still being answered
- * (a retry that overtook its first attempt), or the saga is being driven.
- * Retried like a 503 when the request is safe to repeat.
+ * (a retry that overtook its first attempt), the saga is being driven, or
+ * another call of the open saga is running (e.g. the one a restarted server
+ * is settling). Retried like a 503 when the request is safe to repeat.
  */
-const BUSY = new Set(["idempotency-key-in-flight", "saga-busy"]);
+const BUSY = new Set(["idempotency-key-in-flight", "saga-busy", "call-in-progress"]);
 
 function enc(segment: string): string {
   if (typeof segment !== "string" || segment.length === 0) {

@@ -93,10 +93,8 @@ export interface IdemToolOptions {
   session: OpenSagaSession;
   /** The SDK tool's name → the idem tool's (default: the same name). */
   toolNames?: Record<string, string> | ((sdkName: string) => string);
-  /** Where the model decisions come from (see DecisionRecorder). */
+  /** Where the model decisions come from (see DecisionRecorder); without it no decision is sent. */
   decisions?: DecisionRecorder;
-  /** The model's name, recorded when no DecisionRecorder saw the call. */
-  model?: string;
   /** Prefer: wait=N for each call: seconds the server may hold the answer. */
   wait?: number;
   /** Tools whose repeated arguments mean a second effect (sent as repeat: true). */
@@ -176,11 +174,9 @@ async function callThroughIdem(
   if (args === null || typeof args !== "object" || Array.isArray(args)) {
     return `${toolName}: the arguments must be a JSON object`;
   }
-  const decision: ModelDecision = opts.decisions?.decisionFor(callId) ?? {
-    call_id: callId,
-    ...(details?.toolCall?.id ? { message_id: details.toolCall.id } : {}),
-    ...(opts.model ? { model: opts.model } : {}),
-  };
+  // idem requires the model and the prompt's SHA-256 in a decision: without
+  // a recorder that saw the model's answer there is none to send.
+  const decision: ModelDecision | undefined = opts.decisions?.decisionFor(callId);
   try {
     const answer = await opts.session.call(
       {
@@ -188,7 +184,7 @@ async function callThroughIdem(
         tool: toolName,
         args: args as Record<string, unknown>,
         ...(opts.repeatable?.includes(toolName) ? { repeat: true } : {}),
-        decision,
+        ...(decision ? { decision } : {}),
       },
       { wait: opts.wait, signal: details?.signal },
     );

@@ -106,7 +106,7 @@ test("each SDK tool invocation is an idem call keyed by the model's call id, wit
 });
 
 test("the model reads 'waiting for approval' with the summary, and a failure as a failure", async () => {
-  const { f } = contractFetch({ approvalTools: ["payments.charge"], failingTools: ["hotels.book"] });
+  const { f, calls } = contractFetch({ approvalTools: ["payments.charge"], failingTools: ["hotels.book"] });
   const session = new IdemClient({ baseUrl: "http://idem.test", fetch: f }).openSaga("sg_2");
   const charge = idemTool(
     {
@@ -115,19 +115,21 @@ test("the model reads 'waiting for approval' with the summary, and a failure as 
       parameters: z.object({ traveller: z.string(), amount_cents: z.number().int() }),
       idemTool: "payments.charge",
     },
-    { session, model: "scripted-2" },
+    { session },
   );
   const model = new ScriptedModel([
     [{ call: "charge_card", args: { traveller: "Ana", amount_cents: 184000 }, callId: "call_p1" }],
     [{ call: "book_hotel", args: HOTEL, callId: "call_h1" }],
     [{ text: "Waiting for Maria." }],
   ]);
-  const tools = [charge, ...idemTools(travelTools(), { session, toolNames: TRAVEL_TOOL_NAMES, model: "scripted-2" })];
+  const tools = [charge, ...idemTools(travelTools(), { session, toolNames: TRAVEL_TOOL_NAMES })];
   await runAgent(model, tools);
   const seen = model.toolOutputs();
   assert.match(seen.call_p1, /payments\.charge is waiting for a person's approval: charge EUR 1,840\.00 to Ana/);
   assert.match(seen.call_p1, /\/v1\/approvals\/tok\/approve/);
   assert.match(seen.call_h1, /hotels\.book failed \(sold_out\): no rooms left\. Do not retry/);
+  // No DecisionRecorder: no decision (idem requires the model and the prompt's SHA-256).
+  assert.deepEqual(calls.map((c) => [c.call_id, "decision" in c]), [["call_p1", false], ["call_h1", false]]);
 });
 
 test("an idem that does not answer stops the run instead of telling the model the call failed", async () => {

@@ -119,7 +119,7 @@ describe("open sagas with the OpenAI Agents SDK against a real idem serve", () =
     // The first flight reservation takes 1.5 s at the provider: the kill lands while idem waits for it.
     w = await world("kill", ["--fault", "flights.reserve=delay(1500)@1"]);
     const session = await w.client.begin({ intent_key: "trip-kill-1", tools: TOOLS });
-    const tools = idemTools(travelTools(), { session, toolNames: TRAVEL_TOOL_NAMES, model: "scripted-kill" });
+    const tools = idemTools(travelTools(), { session, toolNames: TRAVEL_TOOL_NAMES });
     const model = new ScriptedModel([
       [{ call: "reserve_flight", args: FLIGHT, callId: "call_f1" }],
       [{ text: "booked" }],
@@ -145,7 +145,7 @@ describe("open sagas with the OpenAI Agents SDK against a real idem serve", () =
     if (!supported) return t.skip("this idem serve has no /v1/open-sagas");
     w = await world("rollback");
     const session = await w.client.begin({ intent_key: "trip-undo-1", tools: TOOLS });
-    const tools = idemTools(travelTools(), { session, toolNames: TRAVEL_TOOL_NAMES, model: "scripted-undo" });
+    const tools = idemTools(travelTools(), { session, toolNames: TRAVEL_TOOL_NAMES });
     const model = new ScriptedModel([
       [{ call: "reserve_flight", args: FLIGHT, callId: "call_f1" }],
       [{ call: "book_hotel", args: HOTEL, callId: "call_h1" }],
