@@ -53,7 +53,7 @@ describe("open sagas with the OpenAI Agents SDK against a real idem serve", () =
 
   before(async () => {
     // A server without open sagas (the endpoints are not merged yet) answers 404 "no such endpoint".
-    const probe = await world("probe", [], { open: false });
+    const probe = await world("probe");
     try {
       await probe.client.begin({ intent_key: "probe", tools: ["flights.reserve"] });
     } catch (e) {
