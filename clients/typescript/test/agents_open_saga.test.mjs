@@ -139,6 +139,7 @@ describe("open sagas with the OpenAI Agents SDK against a real idem serve", () =
     assert.equal((await w.client.getCall(session.sagaId, "call_f1")).state, "succeeded");
     assert.deepEqual(effects(w.providers.ledger), ["flights.reserve"]);
     assert.ok(ledgerClean(w.providers.ledger));
+    t.diagnostic(`call_f1 sent ${calls.length + 1} times (same call id); ledger: ${effects(w.providers.ledger).length} effect`);
   });
 
   test("a rollback undoes every booking in reverse order", async (t) => {
