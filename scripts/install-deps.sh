@@ -18,13 +18,29 @@ for p in "${PACKAGES[@]}"; do
   fi
 done
 
-if [ ${#missing[@]} -eq 0 ]; then
-  exit 0
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "install-deps: installing ${missing[*]}" >&2
+  SUDO=""
+  if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-echo "install-deps: installing ${missing[*]}" >&2
-SUDO=""
-if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
-export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -qq
-$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+
+# npm packages pinned by a committed package-lock.json: `npm ci` only when
+# node_modules is missing or the lock changed since the last install (the
+# lock's SHA-256 is kept in node_modules), so nothing needs the network when
+# they are present.
+npm_ci() {
+  local dir="$ROOT/$1" stamp want
+  stamp="$dir/node_modules/.idem-lock.sha256"
+  want=$(sha256sum "$dir/package-lock.json" | cut -d' ' -f1)
+  if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then return 0; fi
+  command -v npm >/dev/null || { echo "install-deps: $1 needs Node.js 20 and npm" >&2; exit 1; }
+  echo "install-deps: npm ci in $1" >&2
+  (cd "$dir" && npm ci --no-audit --no-fund --loglevel=error)
+  echo "$want" >"$stamp"
+}
+npm_ci clients/typescript
