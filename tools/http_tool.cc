@@ -12,6 +12,8 @@
 
 #include <httplib.h>
 
+#include "common/duration.h"
+
 namespace idem {
 namespace {
 
@@ -258,7 +260,7 @@ Result<HttpToolConfig> ParseTool(const Json& t, const std::string& place) {
   IDEM_RETURN_IF_ERROR(
       OnlyFields(t, place,
                  {"name", "effect", "description", "base_url", "commit", "status", "preview",
-                  "honours_keys", "headers", "timeout_ms", "connect_timeout_ms"}));
+                  "honours_keys", "headers", "timeout_ms", "connect_timeout_ms", "key_retention"}));
   HttpToolConfig c;
   Result<std::string> name = RequiredString(t, "name", place);
   if (!name.ok()) return name.status();
@@ -296,6 +298,12 @@ Result<HttpToolConfig> ParseTool(const Json& t, const std::string& place) {
   if (auto honours = t.find("honours_keys"); honours != t.end()) {
     if (!honours->is_boolean()) return Bad(place + ".honours_keys", "expected true or false");
     c.info.honours_keys = honours->get<bool>();
+  }
+  if (auto retention = t.find("key_retention"); retention != t.end()) {
+    auto ms = ParseDurationMs(*retention, place + ".key_retention");  // "24h", or seconds
+    if (!ms.ok()) return ms.status();
+    if (*ms <= 0) return Bad(place + ".key_retention", "must be positive");
+    c.info.key_retention_ms = *ms;
   }
   if (auto headers = t.find("headers"); headers != t.end()) {
     if (!headers->is_object()) return Bad(place + ".headers", "expected an object of strings");
