@@ -17,6 +17,7 @@
 #include "cli/keys_retire.h"
 #include "cli/metrics_endpoint.h"
 #include "cli/open.h"
+#include "cli/prune.h"
 #include "preview_commit/token.h"
 #include "preview_commit/two_phase.h"
 #include "saga/engine.h"
@@ -166,6 +167,7 @@ Json SagaToJson(const storage::SagaRecord& rec, const std::vector<storage::Effec
               {"effects", effs}};
   if (auto code = SagaParkCode(rec.summary)) out["park_code"] = *code;
   AddSpecRef(rec.summary, &out);
+  AddPruned(rec.summary, &out);
   if (journal != nullptr) {
     Json j = Json::array();
     for (const auto& e : *journal) {
@@ -200,6 +202,7 @@ void PrintSagaText(const storage::SagaRecord& rec) {
 }
 
 struct Options {
+  PruneFlags background_prune;  // serve and worker: --prune-older-than ... (cli/prune.h)
   std::string db;
   std::string spec_path;
   std::string input;
@@ -622,6 +625,12 @@ int CmdWorker(const Options& o, const ToolRegistry& tools, storage::Store* store
     std::printf("worker %s: metrics on http://%s:%d/metrics\n", eo.owner.c_str(),
                 endpoint->host().c_str(), endpoint->port());
   }
+  std::unique_ptr<BackgroundPruner> pruner;
+  if (!o.background_prune.older_than.empty()) {
+    auto started = BackgroundPruner::Start(o.background_prune, store, SystemClock::Get());
+    if (!started.ok()) return Fail(started.status());
+    pruner = std::move(started).value();
+  }
   Engine engine(store, &tools, eo);
   WorkerOptions wo;
   wo.concurrency = o.concurrency;
@@ -681,6 +690,12 @@ int CmdServe(const Options& o, const ToolRegistry& tools, storage::Store* store,
   sigemptyset(&sa.sa_mask);
   sigaction(SIGTERM, &sa, nullptr);
   sigaction(SIGINT, &sa, nullptr);
+  std::unique_ptr<BackgroundPruner> pruner;
+  if (!o.background_prune.older_than.empty()) {
+    auto pruning = BackgroundPruner::Start(o.background_prune, store, SystemClock::Get());
+    if (!pruning.ok()) return Fail(pruning.status());
+    pruner = std::move(pruning).value();
+  }
   Status started = (*srv)->Start();
   if (!started.ok()) return Fail(started);
   observability::Log(observability::LogLevel::kInfo, "serving",
@@ -894,6 +909,10 @@ int RunCli(int argc, char** argv, const FrontendConfig& config) {
                     "in the journal's store");
 
   OpenCommand open_cmd(&app);  // idem open begin|call|commit|rollback (cli/open.h)
+  AddBackgroundPruneFlags(serve, &o.background_prune);
+  AddBackgroundPruneFlags(worker, &o.background_prune);
+  PruneFlags prune_flags;
+  auto* prune = AddPruneCommand(&app, &prune_flags);
 
   auto* fps = app.add_subcommand("failpoints", "list the failpoint names IDEM_FAILPOINT accepts");
 
@@ -1008,6 +1027,10 @@ int RunCli(int argc, char** argv, const FrontendConfig& config) {
   if (retire) {
     Engine engine(store->get(), &tools, LiveEngineOptions(false, signer));
     return CmdKeys(o, &keys, store->get(), o.re_preview ? &engine : nullptr);
+  }
+  if (prune->parsed()) {
+    Status pruned = RunPrune(prune_flags, store->get(), SystemClock::Get(), stdout);
+    return pruned.ok() ? kExitOk : Fail(pruned);
   }
   if (run->parsed()) return CmdRun(o, tools, store->get(), signer);
   if (status->parsed()) return CmdStatus(o, store->get());

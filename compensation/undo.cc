@@ -41,7 +41,7 @@ Result<UndoEnd> DriveUndo(SagaRun* run, int index) {
     return d.state() == StepState::kCompensated ? UndoEnd::kUndone : UndoEnd::kParked;
   storage::StepRecord& st = d.st;
   ToolOutcome& outcome = d.outcome;
-  const std::string key = CompensationKey(st.step_key);
+  const std::string key = CompensationKey(run->CallKey(index));  // the provider's
   const ToolInfo& info = tool->info();
   bool same_key_safe = info.honours_keys || info.effect == EffectClass::kIdempotent ||
                        info.effect == EffectClass::kRead;
@@ -140,7 +140,7 @@ Result<UndoEnd> DriveUndo(SagaRun* run, int index) {
         eff.step_id = st.step_id;
         eff.kind = "compensation";
         eff.tool = comp.tool;
-        eff.idempotency_key = key;
+        eff.idempotency_key = CompensationKey(st.step_key);  // unique per (saga, step)
         eff.result = outcome.result;
         eff.external_ref = outcome.external_ref;
         eff.at_ms = run->clock()->NowMs();

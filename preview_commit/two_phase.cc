@@ -39,7 +39,7 @@ Result<PhaseEnd> AdvanceTwoPhase(SagaRun* run, StepDrive* d) {
           return Status::FailedPrecondition("step " + st->step_id +
                                             " is two-phase but no token signer is configured");
         }
-        ToolCall call{spec.tool, st->step_key, st->args, previews, saga_id, st->step_id, ""};
+        ToolCall call{spec.tool, d->key, st->args, previews, saga_id, st->step_id, ""};
         PreviewOutcome pv = d->tool->Preview(call);
         for (int n = 2; !pv.ok && pv.retryable && n <= spec.retry.max_attempts + 2; ++n) {
           run->clock()->SleepMs(spec.retry.BackoffMs(n, *run->rng()));
@@ -95,7 +95,7 @@ Result<PhaseEnd> AdvanceTwoPhase(SagaRun* run, StepDrive* d) {
         IDEM_RETURN_IF_ERROR(run->CommitEntries(
             *d,
             {run->Entry(st->step_id, "submitted",
-                        {{"attempt", st->attempt}, {"key", st->step_key}, {"tool", spec.tool}})},
+                        {{"attempt", st->attempt}, {"key", d->key}, {"tool", spec.tool}})},
             claims->nonce));
         IDEM_FAILPOINT("step.after_submitted");
         return PhaseEnd::kContinue;
@@ -128,7 +128,7 @@ Result<PhaseEnd> AdvanceTwoPhase(SagaRun* run, StepDrive* d) {
         IDEM_RETURN_IF_ERROR(run->CommitEntries(*d,
                                                 {run->Entry(st->step_id, "submitted",
                                                             {{"attempt", st->attempt},
-                                                             {"key", st->step_key},
+                                                             {"key", d->key},
                                                              {"tool", spec.tool},
                                                              {"approved_by", approval.by}})},
                                                 phase.nonce));

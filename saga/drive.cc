@@ -8,6 +8,7 @@
 #include "compensation/undo.h"
 #include "preview_commit/two_phase.h"
 #include "saga/control_drive.h"
+#include "saga/guard.h"
 #include "saga/limits.h"
 #include "saga/machines.h"
 #include "saga/open_drive.h"
@@ -99,6 +100,9 @@ Result<StepEnd> DriveStepOnce(SagaRun* run, int index) {
       }
       d.st.args = *args;
       d.st.args_fingerprint = Fingerprint(d.st.args);
+      auto before = BeforeWrite(run, &d);  // its key, its guard (saga/guard.h)
+      if (!before.ok()) return before.status();
+      if (*before) return **before;
       if (spec.two_phase) {
         auto phase = preview_commit::AdvanceTwoPhase(run, &d);
         if (!phase.ok()) return phase.status();
@@ -110,7 +114,7 @@ Result<StepEnd> DriveStepOnce(SagaRun* run, int index) {
       IDEM_RETURN_IF_ERROR(d.Fire(StepEvent::kSubmitted));
       IDEM_RETURN_IF_ERROR(run->CommitStep(d, "submitted",
                                            {{"attempt", d.st.attempt},
-                                            {"key", d.st.step_key},
+                                            {"key", d.key},
                                             {"tool", spec.tool},
                                             {"args_fingerprint", d.st.args_fingerprint}}));
       IDEM_FAILPOINT("step.after_submitted");

@@ -11,16 +11,13 @@
 #include "saga/park.h"
 #include "saga/run.h"
 #include "saga/states.h"
+#include "saga/step_key.h"
 
 #include "common/failpoint.h"
 
 namespace idem {
 
 using storage::SagaRecord;
-
-std::string StepKey(const std::string& saga_id, const std::string& step_id) {
-  return saga_id + "/" + step_id;
-}
 
 struct Engine::SpecCache {
   static constexpr size_t kMaxEntries = 256;
@@ -94,6 +91,7 @@ Result<SubmitResult> Engine::Submit(const SagaSpec& spec, const Json& input,
   if (intent_key.size() > 255) return Status::InvalidArgument("intent key: longer than 255 bytes");
   if (!input.is_object()) return Status::InvalidArgument("input: expected a JSON object");
   IDEM_RETURN_IF_ERROR(CheckSubmitLimits(spec, input, options_.limits));
+  IDEM_RETURN_IF_ERROR(CheckStepKeys(spec, input));  // business keys render (saga/step_key.h)
   storage::NewSaga ns;
   ns.saga_id = NewId("sg_");
   ns.intent_key = intent_key;

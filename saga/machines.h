@@ -59,7 +59,8 @@ namespace idem {
   X(Rejected,           "rejected")             /* a person rejected the commit */               \
   X(Expired,            "expired")              /* the token expired; facts: re_preview */       \
   X(StaleRePreview,     "stale_re_preview")     /* the commit found the preview stale */       \
-  X(Blocked,            "blocked")              /* the drive cannot go on (saga/park.h): a person */
+  X(Blocked,            "blocked")              /* the drive cannot go on (saga/park.h): a person */ \
+  X(GuardSatisfied,     "guard_satisfied")      /* the step's guard found the effect (saga/guard.h) */
 
 /// What the executor must do after a step transition.
 #define IDEM_STEP_COMMANDS(X)                                                                    \

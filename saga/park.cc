@@ -9,7 +9,8 @@ namespace idem {
 namespace {
 
 constexpr ParkCode kAllCodes[] = {ParkCode::kMissingValue, ParkCode::kUnknownTool,
-                                  ParkCode::kInvalidSpec, ParkCode::kStoreError};
+                                  ParkCode::kInvalidSpec, ParkCode::kStoreError,
+                                  ParkCode::kGuardUnanswered};
 
 bool Contains(const std::string& text, const char* what) {
   return text.find(what) != std::string::npos;
@@ -66,6 +67,8 @@ const char* ParkCodeName(ParkCode code) {
       return "invalid_spec";
     case ParkCode::kStoreError:
       return "store_error";
+    case ParkCode::kGuardUnanswered:
+      return "guard_unanswered";
   }
   return "?";
 }

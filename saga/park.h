@@ -42,9 +42,13 @@ enum class ParkCode {
   kUnknownTool,   ///< a tool (forward or compensation) is not registered
   kInvalidSpec,   ///< the frozen spec no longer parses or validates
   kStoreError,    ///< the store refuses the drive's write
+  /// a step's guard (saga/guard.h) gave no answer within its retries: the
+  /// write is not made blind
+  kGuardUnanswered,
 };
 
-/// "missing_value", "unknown_tool", "invalid_spec", "store_error".
+/// "missing_value", "unknown_tool", "invalid_spec", "store_error",
+/// "guard_unanswered".
 const char* ParkCodeName(ParkCode code);
 
 /// `<code>: <message>`, the text a park's reason starts with.

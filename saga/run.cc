@@ -5,6 +5,7 @@
 
 #include "preview_commit/phase.h"
 #include "saga/park.h"
+#include "saga/step_key.h"
 
 #include "common/failpoint.h"
 
@@ -180,6 +181,19 @@ Status SagaRun::CommitStep(const StepDrive& d, const std::string& event, Json da
   return Commit(std::move(b));
 }
 
+storage::EffectRecord SagaRun::ActionEffect(const StepDrive& d) const {
+  storage::EffectRecord eff;
+  eff.saga_id = rec_.summary.saga_id;
+  eff.step_id = d.st.step_id;
+  eff.kind = "action";
+  eff.tool = d.spec->tool;
+  eff.idempotency_key = d.st.step_key;
+  eff.result = d.st.result;
+  eff.external_ref = d.st.external_ref;
+  eff.at_ms = options_.clock->NowMs();
+  return eff;
+}
+
 Status SagaRun::CommitEntries(const StepDrive& d, std::vector<JournalEntry> entries,
                               const std::string& consume_nonce) {
   WriteBatch b = StepBatch(d);
@@ -237,10 +251,20 @@ Result<StepDrive> SagaRun::BeginStep(int index, bool rolling_back) {
     return Status::FailedPrecondition("tool \"" + spec.tool + "\" is not registered");
   }
   StepDrive d(index, &spec, tool, rec_.steps[index], step_states_[index]);
+  d.key = CallKey(index, &d.key_error);
   d.rolling_back = rolling_back;
   d.inherited =
       taken_over_ && (d.state() == StepState::kSubmitted || d.state() == StepState::kUnknown);
   return d;
+}
+
+std::string SagaRun::CallKey(int index, std::string* error) const {
+  const StepSpec& spec = spec_.steps[index];
+  if (spec.key_template.empty()) return rec_.steps[index].step_key;
+  auto key = RenderStepKey(spec_, index, rec_.summary.saga_id, rec_.input);
+  if (key.ok()) return *key;
+  if (error != nullptr) *error = key.status().message();
+  return "";
 }
 
 namespace {
@@ -305,7 +329,7 @@ StepFacts SagaRun::ClassifyFailure(const StepDrive& d, const ToolOutcome& outcom
   bool write = info.effect == EffectClass::kWrite || info.effect == EffectClass::kIrreversible;
   if (!write || info.honours_keys) return StepFacts::WithRetryAllowed(true);
   if (info.has_status) {
-    LookupOutcome look = d.tool->Lookup(d.st.step_key);
+    LookupOutcome look = d.tool->Lookup(d.key);
     if (look.kind == LookupKind::kNotApplied) return StepFacts::WithRetryAllowed(true);
   }
   return StepFacts::WithRetryAllowed(false);
@@ -321,7 +345,7 @@ StepEvent SagaRun::ResolveUnknown(StepDrive* d) {
   if (info.has_status) {
     std::string last_error;
     for (int n = 1; n <= options_.lookup_attempts; ++n) {
-      LookupOutcome look = d->tool->Lookup(st->step_key);
+      LookupOutcome look = d->tool->Lookup(d->key);
       if (look.kind == LookupKind::kApplied) {
         *out = ToolOutcome::Succeeded(look.result, look.external_ref);
         out->error = "resolved_by_status";
@@ -333,8 +357,7 @@ StepEvent SagaRun::ResolveUnknown(StepDrive* d) {
         // deduplicate keys, so "not applied yet" is no proof: a resend could
         // book twice. A person decides (resolve --decision retry/...).
         st->error = "taken over from a worker whose call to " + info.name +
-                    " may still land, and the tool does not deduplicate keys: check key " +
-                    st->step_key;
+                    " may still land, and the tool does not deduplicate keys: check key " + d->key;
         return StepEvent::kUnresolvable;
       }
       if (look.kind == LookupKind::kNotApplied) {
@@ -346,7 +369,7 @@ StepEvent SagaRun::ResolveUnknown(StepDrive* d) {
           out->error = kNotAppliedByLookup;  // the resend's `submitted` says so
           return StepEvent::kResolvedRetry;
         }
-        st->error = "status lookup: key " + st->step_key + " was not applied";
+        st->error = "status lookup: key " + d->key + " was not applied";
         return StepEvent::kResolvedNotApplied;
       }
       last_error = look.error;
@@ -366,7 +389,7 @@ StepEvent SagaRun::ResolveUnknown(StepDrive* d) {
   }
   st->error = "outcome unknown (" + out->error + ") and tool " + info.name +
               " has neither a status lookup nor idempotency keys: a person must check key " +
-              st->step_key;
+              d->key;
   return StepEvent::kUnresolvable;
 }
 
@@ -379,8 +402,7 @@ Result<StepEnd> SagaRun::RunCommands(StepDrive* d) {
     d->queue.pop_front();
     switch (cmd) {
       case StepCommand::kCallTool: {
-        ToolCall call{spec.tool,  st.step_key, st.args, st.attempt, rec_.summary.saga_id,
-                      st.step_id, ""};
+        ToolCall call{spec.tool, d->key, st.args, st.attempt, rec_.summary.saga_id, st.step_id, ""};
         if (spec.two_phase) {
           if (auto phase = preview_commit::PhaseRecord::FromJson(st.phase)) {
             call.expected_version = phase->preview.resource_version;
@@ -430,7 +452,7 @@ Result<StepEnd> SagaRun::RunCommands(StepDrive* d) {
         options_.clock->SleepMs(wait);
         ++st.attempt;
         Json data = {{"attempt", st.attempt},
-                     {"key", st.step_key},
+                     {"key", d->key},
                      {"retry_after_ms", wait},
                      {"previous_error", st.error}};
         if (outcome.error == kNotAppliedByLookup) data["lookup"] = "not_applied";
@@ -444,15 +466,7 @@ Result<StepEnd> SagaRun::RunCommands(StepDrive* d) {
         st.external_ref = outcome.external_ref;
         bool by_status = outcome.error == "resolved_by_status";
         st.error.clear();
-        storage::EffectRecord eff;
-        eff.saga_id = rec_.summary.saga_id;
-        eff.step_id = st.step_id;
-        eff.kind = "action";
-        eff.tool = spec.tool;
-        eff.idempotency_key = st.step_key;
-        eff.result = st.result;
-        eff.external_ref = st.external_ref;
-        eff.at_ms = options_.clock->NowMs();
+        storage::EffectRecord eff = ActionEffect(*d);
         Json data = {{"attempt", st.attempt}, {"result", st.result}};
         if (!st.external_ref.empty()) data["external_ref"] = st.external_ref;
         if (by_status) data["resolved_by"] = "status_lookup";

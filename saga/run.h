@@ -73,6 +73,11 @@ struct StepDrive {
   const StepSpec* spec;
   Tool* tool;
   storage::StepRecord st;
+  /// The key the step's calls carry (saga/step_key.h): st.step_key, or the
+  /// step's rendered "key" template; empty when it does not render (then
+  /// `key_error` says why and the step parks before any call).
+  std::string key;
+  std::string key_error;
   StepMachine m;
   std::deque<StepCommand> queue;
   ToolOutcome outcome;
@@ -163,6 +168,10 @@ class SagaRun {
   Status CommitStep(const StepDrive& d, const std::string& event, Json data,
                     std::vector<storage::EffectRecord> effects = {},
                     Durable durable = Durable::kNow);
+  /// The effects row of step `d`'s action with its result (st.result,
+  /// st.external_ref), under the step's stored key (unique per saga and
+  /// step; the provider's key is in the journal).
+  storage::EffectRecord ActionEffect(const StepDrive& d) const;
   /// Writes the step's row with `entries`, at once; spends the commit token
   /// nonce `consume_nonce` in the same transaction when given.
   Status CommitEntries(const StepDrive& d, std::vector<storage::JournalEntry> entries,
@@ -179,6 +188,9 @@ class SagaRun {
 
   // ---- steps
 
+  /// The key step `index`'s calls carry (StepDrive::key); empty when its
+  /// template does not render, with the error in *error.
+  std::string CallKey(int index, std::string* error = nullptr) const;
   /// Step `index` ready to drive: its tool, its machine in its state.
   /// kFailedPrecondition if the tool is not registered.
   Result<StepDrive> BeginStep(int index, bool rolling_back);

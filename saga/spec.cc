@@ -7,9 +7,12 @@
 #include <memory>
 #include <utility>
 
+#include "saga/guard_spec.h"
 #include "saga/limits.h"
 #include "saga/schema_text.h"
+#include "saga/step_key.h"
 
+#include "common/duration.h"
 #include <valijson/adapters/nlohmann_json_adapter.hpp>
 #include <valijson/schema.hpp>
 #include <valijson/schema_parser.hpp>
@@ -557,39 +560,11 @@ Status ValidateAgainstSchema(const Json& doc) {
 
 // ---- semantic checks
 
-/// "15m" -> 900000; an integer counts seconds. -1 when malformed.
+/// "15m" -> 900000; an integer counts seconds (common/duration.h). -1 when
+/// malformed or above 30 days.
 int64_t ParseTtlMs(const Json& v) {
-  if (v.is_number_integer()) {
-    int64_t secs = v.get<int64_t>();
-    return secs < 0 || secs > StepSpec::kMaxApprovalTtlMs / 1000 ? -1 : secs * 1000;
-  }
-  if (!v.is_string()) return -1;
-  const std::string& t = v.get_ref<const std::string&>();
-  if (t.size() < 2 || t.size() > 12) return -1;
-  int64_t n = 0;
-  for (size_t i = 0; i + 1 < t.size(); ++i) {
-    if (t[i] < '0' || t[i] > '9') return -1;
-    n = n * 10 + (t[i] - '0');
-  }
-  int64_t unit = 0;
-  switch (t.back()) {
-    case 's':
-      unit = 1000;
-      break;
-    case 'm':
-      unit = 60'000;
-      break;
-    case 'h':
-      unit = 3'600'000;
-      break;
-    case 'd':
-      unit = 86'400'000;
-      break;
-    default:
-      return -1;
-  }
-  if (n > StepSpec::kMaxApprovalTtlMs / unit) return -1;
-  return n * unit;
+  auto ms = ParseDurationMs(v, "approval_ttl", StepSpec::kMaxApprovalTtlMs);
+  return ms.ok() ? *ms : -1;
 }
 
 /// Reads two_phase, approval, approval_ttl, on_expiry and on_stale.
@@ -764,8 +739,25 @@ Result<SagaSpec> Build(const Json& doc, const ToolRegistry& tools) {
       step.compensate = std::move(c);
     }
     IDEM_RETURN_IF_ERROR(ApplyTwoPhase(s, tool->info(), path, &step));
+    if (s.contains("key")) {
+      IDEM_RETURN_IF_ERROR(CheckTemplates(s["key"], scope, path + ".key"));
+      IDEM_RETURN_IF_ERROR(ParseStepKey(s["key"], path + ".key", &step));
+    }
+    if (s.contains("guard")) {
+      if (s["guard"].contains("args")) {
+        IDEM_RETURN_IF_ERROR(CheckTemplates(s["guard"]["args"], scope, path + ".guard.args"));
+      }
+      IDEM_RETURN_IF_ERROR(ParseGuard(s["guard"], tools, path + ".guard", &step));
+      if (s["guard"].contains("retry")) {
+        IDEM_RETURN_IF_ERROR(ApplyRetry(s["guard"]["retry"],
+                                        RetryPolicy::MaxAttemptsCap(EffectClass::kRead),
+                                        "read tools", path + ".guard.retry", &step.guard->retry));
+      }
+    }
+    IDEM_RETURN_IF_ERROR(CheckKeyRetention(step, tools, path));
     spec.steps.push_back(std::move(step));
   }
+  IDEM_RETURN_IF_ERROR(CheckKeyCollisions(spec));
   spec.raw = doc;
   return spec;
 }
@@ -836,6 +828,16 @@ void CollectReferences(const Json& v, int depth, std::vector<std::string>* out) 
 }
 
 }  // namespace
+
+Result<std::vector<TemplatePiece>> SplitTemplateText(const std::string& s,
+                                                     const std::string& where) {
+  std::vector<Piece> pieces;
+  std::string problem;
+  if (!SplitTemplate(s, &pieces, &problem)) return Error(where, problem);
+  std::vector<TemplatePiece> out;
+  for (Piece& p : pieces) out.push_back({p.is_ref, std::move(p.text)});
+  return out;
+}
 
 std::vector<std::string> TemplateReferences(const Json& templ) {
   std::vector<std::string> out;

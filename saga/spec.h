@@ -41,6 +41,24 @@ struct CompensationSpec {
   RetryPolicy retry = RetryPolicy::DefaultCompensation();
 };
 
+/// A step's guard (saga/guard.h): a read run before the write. When its
+/// answer says the effect already exists, the step succeeds with that answer
+/// and its tool is not called.
+struct GuardSpec {
+  /// A read tool of the registry, called with `args`; empty when
+  /// `status_lookup` asks the step tool's own status lookup under the step key.
+  std::string tool;
+  bool status_lookup = false;
+  Json args = Json::object();
+  /// A JSON pointer into the read tool's result: the effect exists when the
+  /// value there is present and neither null nor false ("/booking_id").
+  std::string exists_when;
+  /// A JSON pointer to the part of the guard's result that becomes the
+  /// step's result; "" (the default) takes the whole result.
+  std::string result_at;
+  RetryPolicy retry = RetryPolicy::DefaultFor(EffectClass::kRead);
+};
+
 /// Who must approve a two-phase step before its commit.
 enum class Approval { kNone, kHuman };
 /// What happens when an approval's token expires, or a commit finds the
@@ -55,6 +73,10 @@ struct StepSpec {
   RetryPolicy retry;                         ///< class default or the spec's override
   std::optional<CompensationSpec> compensate;
   std::string no_compensation_reason;  ///< when "compensate": null
+  /// "key": the idempotency key's template over the input
+  /// ("charge:${input.order_id}", saga/step_key.h); empty: `<saga id>/<step id>`.
+  std::string key_template;
+  std::optional<GuardSpec> guard;  ///< "guard"
 
   /// preview -> commit token -> commit. Set by "two_phase": true, and always
   /// for an irreversible tool that offers a preview.
@@ -109,6 +131,16 @@ struct TemplateBudget {
 /// `where` prefixes errors ("steps[1].args"). With a `budget`, within it.
 Result<Json> ResolveTemplates(const Json& templ, const Json& context, const std::string& where,
                               TemplateBudget* budget = nullptr);
+
+/// A template string in pieces: literal text (`$${` read as `${`) and
+/// references (`is_ref`, the text without `${ }`), in order. kInvalidArgument
+/// naming `where` for an unterminated `${`.
+struct TemplatePiece {
+  bool is_ref = false;
+  std::string text;
+};
+Result<std::vector<TemplatePiece>> SplitTemplateText(const std::string& s,
+                                                     const std::string& where);
 
 /// The references in every template string of `templ` (values only, at any
 /// depth), as written without `${ }` ("steps.pay.result.id"), in document

@@ -95,7 +95,10 @@ struct StepMachineDef : MachineBase<StepMachineDef, StepState, StepCommand> {
   Row < Submitted          , ev::Blocked           , NeedsAttention    , ParkStep         , none                     >,
   Row < Unknown            , ev::Blocked           , NeedsAttention    , ParkStep         , none                     >,
   Row < Succeeded          , ev::Blocked           , CompensationFailed, ParkStep         , none                     >,
-  Row < Compensating       , ev::Blocked           , CompensationFailed, ParkStep         , none                     >
+  Row < Compensating       , ev::Blocked           , CompensationFailed, ParkStep         , none                     >,
+  // ---- guarded: the step's guard found the effect (saga/guard.h); no call
+  //    +------------------+-----------------------+-------------------+------------------+--------------------------+
+  Row < Planned            , ev::GuardSatisfied    , Succeeded         , none             , none                     >
   > {};
   // clang-format on
 };

@@ -64,6 +64,11 @@ void AddSpecRef(const storage::SagaSummary& s, Json* view) {
   (*view)["spec_sha256"] = s.spec_sha256;
 }
 
+void AddPruned(const storage::SagaSummary& s, Json* view) {
+  (*view)["pruned"] = s.pruned_at_ms > 0;
+  if (s.pruned_at_ms > 0) (*view)["pruned_at"] = FormatTimeMs(s.pruned_at_ms);
+}
+
 std::string SpecRefText(const storage::SagaSummary& s) {
   std::string out = s.spec_name;
   out += s.spec_version > 0 ? " version " + std::to_string(s.spec_version) : " (inline)";

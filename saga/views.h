@@ -30,6 +30,10 @@ Json EffectView(const storage::EffectRecord& e);
 /// ("sha256:<hex>" of its canonical text; "" for sagas older than schema 7).
 void AddSpecRef(const storage::SagaSummary& s, Json* view);
 
+/// Whether its data was pruned (storage/prune.h), added to a saga's view:
+/// "pruned" (true or false) and, once pruned, "pruned_at".
+void AddPruned(const storage::SagaSummary& s, Json* view);
+
 /// The same as text: `travel version 3 sha256:...`, or `travel (inline) sha256:...`.
 std::string SpecRefText(const storage::SagaSummary& s);
 

@@ -34,6 +34,7 @@ Json SummaryView(const storage::SagaSummary& s) {
 
 Json SagaView(const storage::SagaRecord& rec, const std::vector<storage::EffectRecord>& effects) {
   Json out = SummaryView(rec.summary);
+  AddPruned(rec.summary, &out);  // LoadSaga reads it, ListSagas does not
   Json steps = Json::array();
   for (const auto& st : rec.steps) steps.push_back(StepView(st));
   Json effs = Json::array();

@@ -164,7 +164,7 @@ constexpr Statement kSelectSagaWithSteps = {
     " CASE WHEN row_number() OVER (ORDER BY t.idx) = 1 THEN s.input END,"
     " t.idx, t.step_id, t.tool, t.state, t.attempt, t.step_key, t.args, t.args_fingerprint,"
     " t.result, t.external_ref, t.error, t.comp_attempt, t.comp_result, t.updated_ms, t.phase,"
-    " s.spec_version, s.spec_sha256"
+    " s.spec_version, s.spec_sha256, s.pruned_at_ms"
     " FROM sagas s LEFT JOIN steps t ON t.saga_id = s.saga_id WHERE s.saga_id = $1"
     " ORDER BY t.idx"};
 // No rows: no such saga; one row with a NULL seq: no entries.
@@ -1840,6 +1840,8 @@ Result<SagaRecord> PgStore::LoadSaga(const std::string& saga_id) {
                            rec.spec = FieldJson(q[0][8], "sagas.spec");
                            rec.input = FieldJson(q[0][9], "sagas.input");
                            ReadSpecRef(q[0], 25, &rec.summary);
+                           rec.summary.pruned_at_ms =
+                               q[0][27].is_null() ? 0 : q[0][27].as<int64_t>();  // schema 9
                            for (const pqxx::row& r : q) {
                              if (r[10].is_null()) continue;  // no steps
                              StepRecord s;
@@ -2340,6 +2342,143 @@ Status PgStore::SettleControl(const std::string& saga_id, const std::string& req
                                   return true;
                                 });
   return done.status();
+}
+
+// ---- Retention (storage/prune.h) -------------------------------------------
+//
+// Each batch is one write transaction of two pipelines: the first picks and
+// marks the sagas (FOR UPDATE SKIP LOCKED, so concurrent prunes share the
+// work), the second rewrites their rows in the database (idem_redact and
+// idem_null_members of migration 9) and journals them. $1 below is always
+// the JSON array of the batch's saga ids.
+
+namespace {
+
+constexpr const char* kPrunePick =
+    "UPDATE sagas SET pruned_at_ms = $4::bigint WHERE saga_id IN ("
+    " SELECT saga_id FROM sagas WHERE pruned_at_ms IS NULL AND updated_ms < $2::bigint"
+    " AND state IN (SELECT jsonb_array_elements_text($1::jsonb))"
+    " ORDER BY updated_ms, saga_id LIMIT $3::int FOR UPDATE SKIP LOCKED)"
+    " RETURNING saga_id, txid_current()";
+#define IDEM_PG_PRUNE_IDS "(SELECT jsonb_array_elements_text($1::jsonb))"
+#define IDEM_PG_PRUNE_FIELDS "ARRAY(SELECT jsonb_array_elements_text($2::jsonb))"
+#define IDEM_PG_PRUNE_DOC(col)                                                             \
+  "CASE WHEN $3::boolean THEN NULL ELSE idem_redact(" col "::jsonb, " IDEM_PG_PRUNE_FIELDS \
+  ")::text END"
+constexpr const char* kPruneInput =
+    "UPDATE sagas SET input = CASE WHEN $3::boolean THEN '{}' ELSE "
+    "idem_redact(input::jsonb, " IDEM_PG_PRUNE_FIELDS
+    ")::text END WHERE saga_id IN " IDEM_PG_PRUNE_IDS;
+constexpr const char* kPruneSteps =
+    "UPDATE steps SET args = " IDEM_PG_PRUNE_DOC("args") ", result = " IDEM_PG_PRUNE_DOC(
+        "result") ", comp_result = " IDEM_PG_PRUNE_DOC("comp_result") ", phase = "
+    IDEM_PG_PRUNE_DOC("phase") " WHERE saga_id IN " IDEM_PG_PRUNE_IDS " RETURNING 1";
+#define IDEM_PG_PRUNE_DATA                                                                     \
+  "(CASE WHEN $3::boolean THEN idem_null_members(data::jsonb, ARRAY(SELECT "                   \
+  "jsonb_array_elements_text($4::jsonb))) ELSE idem_redact(data::jsonb, " IDEM_PG_PRUNE_FIELDS \
+  ") END)"
+constexpr const char* kPruneJournal =
+    "UPDATE journal SET data = " IDEM_PG_PRUNE_DATA "::text WHERE saga_id IN " IDEM_PG_PRUNE_IDS
+    " AND data IS NOT NULL AND " IDEM_PG_PRUNE_DATA " IS DISTINCT FROM data::jsonb RETURNING 1";
+constexpr const char* kPruneEffects = "UPDATE effects SET result = " IDEM_PG_PRUNE_DOC(
+    "result") " WHERE saga_id IN " IDEM_PG_PRUNE_IDS " AND result IS NOT NULL RETURNING 1";
+constexpr const char* kPruneTokens =
+    "DELETE FROM consumed_tokens WHERE saga_id IN " IDEM_PG_PRUNE_IDS " RETURNING 1";
+constexpr const char* kPruneEntries =
+    "INSERT INTO journal (saga_id, step_id, event, data, at_ms)"
+    " SELECT id, '', 'saga_pruned', $2, $3::bigint FROM jsonb_array_elements_text($1::jsonb) AS id";
+constexpr const char* kPruneDryRun =
+    "SELECT s.saga_id,"
+    " (SELECT count(*) FROM steps t WHERE t.saga_id = s.saga_id),"
+    " (SELECT count(*) FROM journal j WHERE j.saga_id = s.saga_id AND j.data IS NOT NULL),"
+    " (SELECT count(*) FROM effects e WHERE e.saga_id = s.saga_id AND e.result IS NOT NULL),"
+    " (SELECT count(*) FROM consumed_tokens c WHERE c.saga_id = s.saga_id)"
+    " FROM sagas s WHERE s.pruned_at_ms IS NULL AND s.updated_ms < $2"
+    " AND s.state IN (SELECT jsonb_array_elements_text($1::jsonb))"
+    " ORDER BY s.updated_ms, s.saga_id";
+
+}  // namespace
+
+Result<PruneReport> PgStore::Prune(const PruneRequest& request) {
+  IDEM_RETURN_IF_ERROR(CheckPruneRequest(request));
+  for (const std::string& t : request.states) {
+    if (HasNul(t)) return Status::InvalidArgument("prune: a state holds a NUL byte");
+  }
+  for (const std::string& t : request.redact) {
+    if (HasNul(t)) return Status::InvalidArgument("prune: a field name holds a NUL byte");
+  }
+  const std::string states = Json(request.states).dump();
+  const std::string fields = Json(request.redact).dump();
+  const std::string full = request.redact.empty() ? "true" : "false";
+  const std::string cutoff = std::to_string(request.finished_before_ms);
+  const std::string now = std::to_string(request.now_ms);
+  if (request.dry_run) {
+    return Run<PruneReport>("prune (dry run)", Access::kOneStatement,
+                            [&](pqxx::transaction_base& tx) -> Result<PruneReport> {
+                              PruneReport report;
+                              for (const pqxx::row& r : tx.exec_params(
+                                       kPruneDryRun, states, request.finished_before_ms)) {
+                                report.saga_ids.push_back(FieldText(r[0]));
+                                report.steps += r[1].as<int64_t>();
+                                report.journal_entries += r[2].as<int64_t>();
+                                report.effects += r[3].as<int64_t>();
+                                report.tokens += r[4].as<int64_t>();
+                              }
+                              return report;
+                            });
+  }
+  PruneReport report;
+  for (;;) {
+    PruneReport batch;
+    auto pruned =
+        Run<size_t>("prune", Access::kWrite, [&](WriteTx& tx, WriteNote* note) -> Result<size_t> {
+          batch = PruneReport();
+          Pipe pick(tx);
+          pick.AddSql(kPrunePick, {pick.Own(states), pick.Own(cutoff),
+                                   pick.Own(std::to_string(request.batch_sagas)), pick.Own(now)});
+          std::vector<Reply> got = pick.Run();
+          ThrowFirstError(pick, tx.raw(), got);
+          if (got[0].rows() == 0) {
+            note->nothing_written = true;
+            return size_t{0};
+          }
+          note->txid = got[0].i64(0, 1);
+          Json ids = Json::array();
+          for (int i = 0; i < got[0].rows(); ++i) {
+            ids.push_back(got[0].text(i, 0));
+            batch.saga_ids.push_back(got[0].text(i, 0));
+          }
+          Pipe rest(tx);
+          const char* id_list = rest.Own(ids.dump());
+          const char* field_list = rest.Own(fields);
+          const char* full_flag = rest.Own(full);
+          rest.AddSql(kPruneInput, {id_list, field_list, full_flag});
+          const size_t steps = rest.AddSql(kPruneSteps, {id_list, field_list, full_flag});
+          const size_t journal = rest.AddSql(
+              kPruneJournal,
+              {id_list, field_list, full_flag, rest.Own(Json(PrunedJournalFields()).dump())});
+          const size_t effects = rest.AddSql(kPruneEffects, {id_list, field_list, full_flag});
+          const size_t tokens = rest.AddSql(kPruneTokens, {id_list});
+          rest.AddSql(kPruneEntries,
+                      {id_list, rest.Own(CanonicalJson(PrunedEntryData(request))), rest.Own(now)});
+          std::vector<Reply> done = rest.Run();
+          ThrowFirstError(rest, tx.raw(), done);
+          batch.steps = done[steps].rows();
+          batch.journal_entries = done[journal].rows();
+          batch.effects = done[effects].rows();
+          batch.tokens = done[tokens].rows();
+          return batch.saga_ids.size();
+        });
+    if (!pruned.ok()) return pruned.status();
+    if (*pruned == 0) break;
+    ++report.batches;
+    report.saga_ids.insert(report.saga_ids.end(), batch.saga_ids.begin(), batch.saga_ids.end());
+    report.steps += batch.steps;
+    report.journal_entries += batch.journal_entries;
+    report.effects += batch.effects;
+    report.tokens += batch.tokens;
+  }
+  return report;
 }
 
 Result<std::vector<ControlRequest>> PgStore::ListControls(int limit) {

@@ -217,6 +217,10 @@ class PgStore : public Store, public KeyRecordStore, public SpecStore, public Co
   Status SettleControl(const std::string& saga_id, const std::string& request_id) override;
   Result<std::vector<ControlRequest>> ListControls(int limit) override;
 
+  // Retention (storage/prune.h): one write transaction per batch; the
+  // rewrites run in the database (migration 9's idem_redact).
+  Result<PruneReport> Prune(const PruneRequest& request) override;
+
   /// A snapshot of the recovery and Commit counters.
   PgStats Stats() const;
 

@@ -1039,7 +1039,7 @@ Result<SagaRecord> SqliteStore::LoadSaga(const std::string& saga_id) {
     {
       static const std::string sql = std::string("SELECT ") + kSagaColumns +
                                      ", fingerprint, spec, input, " + kSpecRefColumns +
-                                     " FROM sagas WHERE saga_id = ?";
+                                     ", pruned_at_ms FROM sagas WHERE saga_id = ?";
       Stmt q = c.Get(sql);
       q->bind(1, saga_id);
       if (!q->executeStep()) return SagaNotFound(saga_id);
@@ -1048,6 +1048,8 @@ Result<SagaRecord> SqliteStore::LoadSaga(const std::string& saga_id) {
       rec.spec = ColumnJson(*q, 8, "sagas.spec");
       rec.input = ColumnJson(*q, 9, "sagas.input");
       ReadSpecRef(*q, 10, &rec.summary);
+      SQLite::Column pruned = q->getColumn(12);  // schema 9 (storage/prune.h)
+      rec.summary.pruned_at_ms = pruned.isNull() ? 0 : pruned.getInt64();
     }
     {
       Stmt q = c.Get(

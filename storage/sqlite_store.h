@@ -196,6 +196,10 @@ class SqliteStore : public Store, public KeyRecordStore, public SpecStore, publi
   Result<std::vector<ControlRequest>> ListControls(int limit) override;
 
   /// A snapshot of the Commit counters.
+  // Retention (storage/prune.h; storage/sqlite_prune.cc): one BEGIN
+  // IMMEDIATE transaction per batch on the write connection.
+  Result<PruneReport> Prune(const PruneRequest& request) override;
+
   SqliteStats Stats() const;
 
   /// The PRAGMA values of this store's connection (for diagnostics and tests).

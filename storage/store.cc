@@ -16,6 +16,10 @@ Result<StoreGauges> Store::ReadGauges(const GaugeQuery&) {
   return Status::FailedPrecondition("this store does not count gauges");
 }
 
+Result<PruneReport> Store::Prune(const PruneRequest&) {
+  return Status::FailedPrecondition("this store cannot prune");
+}
+
 Result<std::unique_ptr<Store>> OpenStore(const std::string& locator, Clock* clock) {
   if (locator.empty()) {
     return Status::InvalidArgument(

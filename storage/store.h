@@ -25,6 +25,8 @@
 #include <string>
 #include <vector>
 
+#include "storage/prune.h"
+
 #include "common/json_util.h"
 #include "common/status.h"
 
@@ -107,6 +109,8 @@ struct SagaSummary {
   std::string reason;  ///< why it failed or needs attention
   int64_t created_ms = 0;
   int64_t updated_ms = 0;
+  /// When Store::Prune removed or redacted its data (storage/prune.h); 0: never.
+  int64_t pruned_at_ms = 0;
 };
 
 struct SagaRecord {
@@ -288,6 +292,12 @@ class Store {
   /// The saga control requests (cancel, pause, resume) in this store's
   /// database; nullptr for a store without them. Owned by the store.
   virtual ControlStore* Controls() { return nullptr; }
+
+  // ---- retention (storage/prune.h)
+
+  /// Removes or redacts finished sagas' inputs and results, batch by batch
+  /// (see storage/prune.h). The default (a test double): kFailedPrecondition.
+  virtual Result<PruneReport> Prune(const PruneRequest& request);
 
   // ---- a journal that went back in time
 

@@ -3,6 +3,7 @@
 #include "tests/test_util.h"
 
 #include "common/clock.h"
+#include "common/duration.h"
 #include "common/failpoint.h"
 #include "common/json_util.h"
 #include "common/status.h"
@@ -103,6 +104,39 @@ TEST(FailpointDeathTest, KillDiesBySigkill) {
   ASSERT_TRUE(failpoint::Arm("saga.after_start=kill").ok());
   EXPECT_EXIT(IDEM_FAILPOINT("saga.after_start"), ::testing::KilledBySignal(SIGKILL), "");
   failpoint::DisarmAll();
+}
+
+TEST(DurationTest, ParsesEachUnit) {
+  EXPECT_THAT(ParseDurationMs(std::string("30s"), "d"), test::IsOkAndHolds(30'000));
+  EXPECT_THAT(ParseDurationMs(std::string("15m"), "d"), test::IsOkAndHolds(900'000));
+  EXPECT_THAT(ParseDurationMs(std::string("2h"), "d"), test::IsOkAndHolds(7'200'000));
+  EXPECT_THAT(ParseDurationMs(std::string("3d"), "d"), test::IsOkAndHolds(259'200'000));
+  EXPECT_THAT(ParseDurationMs(Json(90), "d"), test::IsOkAndHolds(90'000));  // seconds
+}
+
+TEST(DurationTest, RefusesWhatIsNotADurationNamingThePlace) {
+  for (const char* bad : {"", "s", "15", "1.5h", "-3m", " 3m", "3 m", "3w", "3ms", "1h30m"}) {
+    EXPECT_THAT(
+        ParseDurationMs(std::string(bad), "tools[0].key_retention"),
+        test::StatusIs(Code::kInvalidArgument, "tools[0].key_retention: expected a duration"))
+        << bad;
+  }
+  EXPECT_THAT(ParseDurationMs(Json(-1), "x"), test::StatusIs(Code::kInvalidArgument, "negative"));
+  EXPECT_THAT(ParseDurationMs(Json(1.5), "x"),
+              test::StatusIs(Code::kInvalidArgument, "x: expected"));
+  EXPECT_THAT(ParseDurationMs(std::string("31d"), "ttl", 30LL * 86'400'000),
+              test::StatusIs(Code::kInvalidArgument, "ttl: 31d is above the maximum of 30d"));
+  EXPECT_THAT(ParseDurationMs(std::string("99999999999999d"), "x"),
+              test::StatusIs(Code::kInvalidArgument, "x:"));
+}
+
+TEST(DurationTest, FormatsExactly) {
+  EXPECT_EQ(FormatDurationMs(0), "0s");
+  EXPECT_EQ(FormatDurationMs(86'400'000), "1d");
+  EXPECT_EQ(FormatDurationMs(5'400'000), "1h 30m");
+  EXPECT_EQ(FormatDurationMs(30LL * 86'400'000 + 100), "30d 100ms");
+  EXPECT_EQ(FormatDurationMs(1500), "1s 500ms");
+  EXPECT_EQ(FormatDurationMs(-60'000), "-1m");
 }
 
 }  // namespace

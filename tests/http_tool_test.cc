@@ -1135,5 +1135,25 @@ TEST_F(IdempotencyLayerTest, HttpToolRetriesAreDeduplicatedByTheProvider) {
   EXPECT_EQ(runs_.load(), 1);
 }
 
+TEST(LoadHttpToolsTest, KeyRetentionIsADuration) {
+  auto one = [](const std::string& retention) {
+    return R"({"tools": [{"name": "payments.charge", "effect": "write",
+        "base_url": "http://127.0.0.1:8091", "commit": {"path": "/charges"},
+        "honours_keys": true, "key_retention": )" +
+           retention + "}]}";
+  };
+  ToolRegistry registry;
+  ASSERT_OK(LoadHttpTools(one(R"("24h")"), &registry));
+  EXPECT_EQ(registry.Find("payments.charge")->info().key_retention_ms, 24LL * 3600 * 1000);
+  ToolRegistry seconds;
+  ASSERT_OK(LoadHttpTools(one("90"), &seconds));
+  EXPECT_EQ(seconds.Find("payments.charge")->info().key_retention_ms, 90'000);
+  ToolRegistry bad;
+  EXPECT_EQ(LoadHttpTools(one(R"("a day")"), &bad).message(),
+            "tools[0].key_retention: expected a duration like \"30s\", \"15m\", \"2h\" or "
+            "\"3d\", got \"a day\"");
+  EXPECT_EQ(LoadHttpTools(one("0"), &bad).message(), "tools[0].key_retention: must be positive");
+}
+
 }  // namespace
 }  // namespace idem

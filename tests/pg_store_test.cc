@@ -306,7 +306,11 @@ TEST(PgStoreTest, MigrationsRunOnceUnderConcurrentOpen) {
   const std::string latest = std::to_string(PgStore::LatestSchemaVersion());
   EXPECT_EQ(std::to_string(PgStore::KnownSchemaVersions()),
             raw.Text("SELECT COUNT(*) FROM schema_migrations"));
-  EXPECT_EQ(latest, raw.Text("SELECT COUNT(DISTINCT version) FROM schema_migrations"));
+  // Each version once, up to the latest; a version of another branch not
+  // merged yet is a gap (storage/migrations/README.md).
+  EXPECT_EQ(std::to_string(PgStore::KnownSchemaVersions()),
+            raw.Text("SELECT COUNT(DISTINCT version) FROM schema_migrations"));
+  EXPECT_EQ(latest, raw.Text("SELECT MAX(version) FROM schema_migrations"));
   // Every store works on the one schema.
   for (int i = 0; i < kOpeners; ++i) {
     STORE_EXPECT_OK(

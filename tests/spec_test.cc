@@ -51,6 +51,19 @@ std::unique_ptr<ToolRegistry> MakeRegistry() {
         info, [](const ToolCall&) { return ToolOutcome::Succeeded(Json::object()); }));
     EXPECT_OK(s);
   }
+  // Key retention (saga/step_key.h): a provider that keeps keys 24 h, with a
+  // preview for two-phase steps, and a compensation that keeps them 1 min.
+  ToolInfo capture{"payments.capture", EffectClass::kWrite, true, false, true, 24 * 3600 * 1000};
+  EXPECT_OK(registry->Register(std::make_unique<FunctionTool>(
+      capture, [](const ToolCall&) { return ToolOutcome::Succeeded(Json::object()); }, nullptr,
+      [](const ToolCall&) {
+        PreviewOutcome o;
+        o.ok = true;
+        return o;
+      })));
+  ToolInfo release{"payments.release", EffectClass::kIdempotent, true, false, false, 60 * 1000};
+  EXPECT_OK(registry->Register(std::make_unique<FunctionTool>(
+      release, [](const ToolCall&) { return ToolOutcome::Succeeded(Json::object()); })));
   return registry;
 }
 

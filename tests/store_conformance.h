@@ -31,6 +31,7 @@
 #include <gtest/gtest.h>
 
 #include "storage/control_store.h"
+#include "storage/prune.h"
 #include "storage/server_state.h"
 #include "storage/store.h"
 #include "tests/test_util.h"
@@ -1689,6 +1690,194 @@ TYPED_TEST_P(StoreConformanceTest, ConcurrentCancelsFromTwoConnectionsRecordOne)
   EXPECT_EQ(2u, journal->size()) << "saga_created and one cancel_requested";
 }
 
+// ---- retention (storage/prune.h)
+
+/// Finishes `saga_id` in `state` at `at_ms`: step0 with personal data in its
+/// arguments and result, its effect, a consumed token, journal entries.
+inline WriteBatch FinishWithData(const SagaRecord& rec, const std::string& state, int64_t at_ms) {
+  WriteBatch b;
+  b.saga_id = rec.summary.saga_id;
+  b.saga_state = state;
+  StepRecord st = rec.steps[0];
+  st.state = "succeeded";
+  st.attempt = 1;
+  st.args = Json{{"passenger", {{"name", "Ana"}, {"passport", "X123"}}}, {"seats", 1}};
+  st.result = Json{{"booking", "B-1"}, {"card_number", "4242"}};
+  st.phase = Json{{"preview", {{"summary", "book for Ana"}, {"passport", "X123"}}}};
+  b.steps = {st};
+  b.journal = {
+      MakeEntry(b.saga_id, "step0", "submitted", at_ms - 1, Json{{"attempt", 1}, {"key", "k"}}),
+      MakeEntry(b.saga_id, "step0", "succeeded", at_ms,
+                Json{{"attempt", 1}, {"result", st.result}})};
+  EffectRecord eff = MakeEffect(b.saga_id, "step0", b.saga_id + "/step0", at_ms);
+  eff.result = st.result;
+  b.effects = {eff};
+  b.consume_token = "nonce-" + b.saga_id;
+  b.consume_token_step = "step0";
+  return b;
+}
+
+inline PruneRequest PruneBefore(int64_t cutoff_ms, std::vector<std::string> redact = {}) {
+  PruneRequest r;
+  r.finished_before_ms = cutoff_ms;
+  r.states = {"succeeded", "compensated", "failed", "cancelled"};
+  r.redact = std::move(redact);
+  r.now_ms = 9'000;
+  return r;
+}
+
+TYPED_TEST_P(StoreConformanceTest, PruneRemovesFinishedSagasDataAndKeepsTheIntent) {
+  Store& s = this->store();
+  for (const char* id : {"saga-old", "saga-live", "saga-new"}) {
+    STORE_ASSERT_OK(s.CreateIntent(MakeSaga(id, std::string("intent-") + id)));
+  }
+  Result<SagaRecord> live_before = s.LoadSaga("saga-live");
+  STORE_ASSERT_OK(live_before);
+  STORE_ASSERT_OK(s.Commit(FinishWithData(*s.LoadSaga("saga-old"), "succeeded", 2000)));
+  STORE_ASSERT_OK(s.Commit(FinishWithData(*live_before, "running", 2000)));  // not finished
+  STORE_ASSERT_OK(s.Commit(FinishWithData(*s.LoadSaga("saga-new"), "failed", 8000)));  // recent
+  Result<SagaRecord> live = s.LoadSaga("saga-live");
+  Result<SagaRecord> recent = s.LoadSaga("saga-new");
+  STORE_ASSERT_OK(live);
+  STORE_ASSERT_OK(recent);
+  const size_t live_journal = this->JournalSize("saga-live");
+
+  Result<PruneReport> report = s.Prune(PruneBefore(5000));
+  STORE_ASSERT_OK(report);
+  EXPECT_EQ((std::vector<std::string>{"saga-old"}), report->saga_ids);
+  EXPECT_EQ(2, report->steps);
+  EXPECT_EQ(1, report->journal_entries);  // `succeeded` carried the result
+  EXPECT_EQ(1, report->effects);
+  EXPECT_EQ(1, report->tokens);
+  EXPECT_EQ(1, report->batches);
+
+  ASSERT_NO_FATAL_FAILURE(this->Reopen());
+  Store& t = this->store();
+  Result<SagaRecord> old = t.LoadSaga("saga-old");
+  STORE_ASSERT_OK(old);
+  EXPECT_EQ("succeeded", old->summary.state);
+  EXPECT_EQ(9000, old->summary.pruned_at_ms);
+  EXPECT_EQ(Json::object(), old->input);
+  EXPECT_TRUE(old->steps[0].args.is_null());
+  EXPECT_TRUE(old->steps[0].result.is_null());
+  EXPECT_EQ("succeeded", old->steps[0].state);
+  EXPECT_EQ(MakeSaga("saga-old", "x").spec, old->spec) << "the spec is kept";
+  Result<std::vector<EffectRecord>> effects = t.ListEffects("saga-old");
+  STORE_ASSERT_OK(effects);
+  ASSERT_EQ(1u, effects->size());
+  EXPECT_TRUE((*effects)[0].result.is_null());
+  EXPECT_EQ("ext-saga-old/step0", (*effects)[0].external_ref) << "the effect itself is kept";
+  Result<std::vector<JournalEntry>> journal = t.ReadJournal("saga-old");
+  STORE_ASSERT_OK(journal);
+  std::vector<std::string> events;
+  for (const JournalEntry& e : *journal) events.push_back(e.event);
+  EXPECT_EQ((std::vector<std::string>{"saga_created", "submitted", "succeeded", "saga_pruned"}),
+            events);
+  EXPECT_TRUE((*journal)[2].data["result"].is_null());
+  EXPECT_EQ(1, (*journal)[2].data["attempt"]);
+  EXPECT_EQ((Json{{"mode", "all"}}), journal->back().data);
+  EXPECT_EQ(journal->back().data.dump().find("4242"), std::string::npos);
+
+  // Live and recent sagas are untouched.
+  Result<SagaRecord> live_after = t.LoadSaga("saga-live");
+  STORE_ASSERT_OK(live_after);
+  EXPECT_EQ(0, live_after->summary.pruned_at_ms);
+  EXPECT_EQ(live->input, live_after->input);
+  EXPECT_EQ(live->steps[0].args, live_after->steps[0].args);
+  EXPECT_EQ(live->steps[0].result, live_after->steps[0].result);
+  EXPECT_EQ(live_journal, this->JournalSize("saga-live"));
+  Result<SagaRecord> recent_after = t.LoadSaga("saga-new");
+  STORE_ASSERT_OK(recent_after);
+  EXPECT_EQ(0, recent_after->summary.pruned_at_ms);
+  EXPECT_EQ(recent->steps[0].result, recent_after->steps[0].result);
+
+  // The intent still answers: same content, the same saga; other content, a conflict.
+  NewSaga same = MakeSaga("saga-retry", "intent-saga-old");
+  Result<CreateOutcome> again = t.CreateIntent(same);
+  STORE_ASSERT_OK(again);
+  EXPECT_FALSE(again->created);
+  EXPECT_EQ("saga-old", again->saga_id);
+  NewSaga other = MakeSaga("saga-other", "intent-saga-old");
+  other.input = Json{{"city", "Porto"}};
+  other.fingerprint = Fingerprint(Json{{"spec", other.spec}, {"input", other.input}});
+  EXPECT_EQ(Code::kConflict, t.CreateIntent(other).status().code());
+
+  // Idempotent: nothing left to prune.
+  Result<PruneReport> twice = t.Prune(PruneBefore(5000));
+  STORE_ASSERT_OK(twice);
+  EXPECT_TRUE(twice->saga_ids.empty());
+  EXPECT_EQ(0, twice->batches);
+  EXPECT_EQ(events.size(), this->JournalSize("saga-old"));
+}
+
+TYPED_TEST_P(StoreConformanceTest, PruneRedactsOnlyTheNamedFieldsAtAnyDepth) {
+  Store& s = this->store();
+  NewSaga n = MakeSaga("saga-1", "intent-1");
+  n.input = Json{{"city", "Lisbon"}, {"traveller", {{"passport", "X123"}, {"name", "Ana"}}}};
+  STORE_ASSERT_OK(s.CreateIntent(n));
+  STORE_ASSERT_OK(s.Commit(FinishWithData(*s.LoadSaga("saga-1"), "compensated", 2000)));
+  Result<PruneReport> report = s.Prune(PruneBefore(5000, {"passport", "card_number"}));
+  STORE_ASSERT_OK(report);
+  ASSERT_EQ(1u, report->saga_ids.size());
+  Result<SagaRecord> rec = s.LoadSaga("saga-1");
+  STORE_ASSERT_OK(rec);
+  EXPECT_EQ(9000, rec->summary.pruned_at_ms);
+  EXPECT_EQ((Json{{"city", "Lisbon"}, {"traveller", {{"passport", kRedacted}, {"name", "Ana"}}}}),
+            rec->input);
+  EXPECT_EQ((Json{{"passenger", {{"name", "Ana"}, {"passport", kRedacted}}}, {"seats", 1}}),
+            rec->steps[0].args);
+  EXPECT_EQ((Json{{"booking", "B-1"}, {"card_number", kRedacted}}), rec->steps[0].result);
+  EXPECT_EQ(kRedacted, rec->steps[0].phase["preview"]["passport"]);
+  EXPECT_EQ("book for Ana", rec->steps[0].phase["preview"]["summary"]);
+  Result<std::vector<EffectRecord>> effects = s.ListEffects("saga-1");
+  STORE_ASSERT_OK(effects);
+  EXPECT_EQ((Json{{"booking", "B-1"}, {"card_number", kRedacted}}), (*effects)[0].result);
+  Result<std::vector<JournalEntry>> journal = s.ReadJournal("saga-1");
+  STORE_ASSERT_OK(journal);
+  EXPECT_EQ((Json{{"booking", "B-1"}, {"card_number", kRedacted}}), (*journal)[2].data["result"]);
+  EXPECT_EQ((Json{{"mode", "redact"}, {"fields", {"passport", "card_number"}}}),
+            journal->back().data);
+  // The step row is still readable: nothing else changed.
+  EXPECT_EQ("succeeded", rec->steps[0].state);
+  EXPECT_EQ(1, rec->steps[0].attempt);
+}
+
+TYPED_TEST_P(StoreConformanceTest, PruneDryRunWritesNothingAndBatchesAreBounded) {
+  Store& s = this->store();
+  for (int i = 0; i < 5; ++i) {
+    const std::string id = "saga-" + std::to_string(i);
+    STORE_ASSERT_OK(s.CreateIntent(MakeSaga(id, "intent-" + id)));
+    STORE_ASSERT_OK(s.Commit(FinishWithData(*s.LoadSaga(id), "succeeded", 2000 + i)));
+  }
+  PruneRequest dry = PruneBefore(5000);
+  dry.dry_run = true;
+  Result<PruneReport> counted = s.Prune(dry);
+  STORE_ASSERT_OK(counted);
+  EXPECT_EQ(5u, counted->saga_ids.size());
+  EXPECT_EQ(10, counted->steps);
+  EXPECT_EQ(5, counted->tokens);
+  EXPECT_EQ(0, counted->batches);
+  for (int i = 0; i < 5; ++i) {
+    Result<SagaRecord> rec = s.LoadSaga("saga-" + std::to_string(i));
+    STORE_ASSERT_OK(rec);
+    EXPECT_EQ(0, rec->summary.pruned_at_ms);
+    EXPECT_FALSE(rec->steps[0].result.is_null());
+    EXPECT_EQ(3u, this->JournalSize("saga-" + std::to_string(i)));
+  }
+  PruneRequest batched = PruneBefore(5000);
+  batched.batch_sagas = 2;
+  Result<PruneReport> done = s.Prune(batched);
+  STORE_ASSERT_OK(done);
+  EXPECT_EQ(5u, done->saga_ids.size());
+  EXPECT_EQ(3, done->batches) << "2 + 2 + 1";
+  PruneRequest bad = PruneBefore(5000);
+  bad.batch_sagas = 0;
+  EXPECT_EQ(Code::kInvalidArgument, s.Prune(bad).status().code());
+  bad = PruneBefore(5000);
+  bad.states.clear();
+  EXPECT_EQ(Code::kInvalidArgument, s.Prune(bad).status().code());
+}
+
 REGISTER_TYPED_TEST_SUITE_P(
     StoreConformanceTest, CreateIntentCreatesSaga,
     SameKeySameFingerprintReturnsExistingAndWritesNothing,
@@ -1709,6 +1898,7 @@ REGISTER_TYPED_TEST_SUITE_P(
     ConcurrentClaimsOfOneKeyFromTwoConnectionsHaveOneWinner,
     SpecVersionsAreStoredOnceAndNeverChange, ConcurrentPutsOfOneSpecVersionHaveOneWinner,
     ControlRequestsFollowOneRuleAndSurviveReopen, ControlRequestsAreCheckedAndNeedTheSaga,
-    ConcurrentCancelsFromTwoConnectionsRecordOne);
+    ConcurrentCancelsFromTwoConnectionsRecordOne, PruneRemovesFinishedSagasDataAndKeepsTheIntent,
+    PruneRedactsOnlyTheNamedFieldsAtAnyDepth, PruneDryRunWritesNothingAndBatchesAreBounded);
 
 }  // namespace idem::storage::conformance

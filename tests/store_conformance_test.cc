@@ -95,6 +95,21 @@ class RawDb {
   sqlite3* db_ = nullptr;
 };
 
+// Takes a database back to before version 9 (retention): the triggers of
+// version 1, no pruned_at_ms. Run first, so that the later undos meet no
+// trigger that names the column.
+void UndoVersion9(RawDb* raw) {
+  for (const char* sql : {"DROP INDEX sagas_prunable", "DROP TRIGGER journal_no_update",
+                          "CREATE TRIGGER journal_no_update BEFORE UPDATE ON journal"
+                          " BEGIN SELECT RAISE(ABORT, 'journal is append-only'); END",
+                          "DROP TRIGGER effects_no_update",
+                          "CREATE TRIGGER effects_no_update BEFORE UPDATE ON effects"
+                          " BEGIN SELECT RAISE(ABORT, 'effects are append-only'); END",
+                          "ALTER TABLE sagas DROP COLUMN pruned_at_ms"}) {
+    ASSERT_EQ("", raw->Exec(sql)) << sql;
+  }
+}
+
 std::unique_ptr<SqliteStore> MustOpen(const SqliteOptions& options) {
   Result<std::unique_ptr<SqliteStore>> store = SqliteStore::Open(options);
   EXPECT_OK(store);
@@ -222,6 +237,7 @@ TEST(SqliteStoreTest, Version3JournalKeepsItsEntriesAndOrderThroughVersion4) {
     // Back to what version 3 left: the AUTOINCREMENT journal (with entries
     // whose seqs have gaps) and sagas_by_state.
     RawDb raw(path);
+    ASSERT_NO_FATAL_FAILURE(UndoVersion9(&raw));
     ASSERT_EQ("", raw.Exec("DROP TABLE journal"));
     ASSERT_EQ("", raw.Exec("CREATE TABLE journal (seq INTEGER PRIMARY KEY AUTOINCREMENT,"
                            " saga_id TEXT NOT NULL REFERENCES sagas (saga_id),"
@@ -275,6 +291,7 @@ TEST(SqliteStoreTest, Version2DatabaseIsMigratedToLeases) {
   {
     // Back to what version 2 left: no lease columns, no lease index.
     RawDb raw(path);
+    ASSERT_NO_FATAL_FAILURE(UndoVersion9(&raw));
     ASSERT_EQ("", raw.Exec("DROP INDEX sagas_by_state_lease"));
     for (const char* column : {"lease_owner", "lease_expires_ms", "lease_epoch"}) {
       ASSERT_EQ("", raw.Exec(std::string("ALTER TABLE sagas DROP COLUMN ") + column));

@@ -12,6 +12,7 @@
 
 #include <httplib.h>
 
+#include "common/duration.h"
 #include "tools/open_policy.h"
 
 namespace idem {
@@ -259,7 +260,7 @@ Result<HttpToolConfig> ParseTool(const Json& t, const std::string& place) {
   if (!t.is_object()) return Bad(place, "expected an object");
   std::set<std::string> fields = {"name",    "effect",     "description",       "base_url",
                                   "commit",  "status",     "preview",           "honours_keys",
-                                  "headers", "timeout_ms", "connect_timeout_ms"};
+                                  "headers", "timeout_ms", "connect_timeout_ms", "key_retention"};
   for (const char* const* f = OpenPolicyFields(); *f != nullptr; ++f) fields.insert(*f);
   IDEM_RETURN_IF_ERROR(OnlyFields(t, place, fields));
   HttpToolConfig c;
@@ -300,6 +301,12 @@ Result<HttpToolConfig> ParseTool(const Json& t, const std::string& place) {
   if (auto honours = t.find("honours_keys"); honours != t.end()) {
     if (!honours->is_boolean()) return Bad(place + ".honours_keys", "expected true or false");
     c.info.honours_keys = honours->get<bool>();
+  }
+  if (auto retention = t.find("key_retention"); retention != t.end()) {
+    auto ms = ParseDurationMs(*retention, place + ".key_retention");  // "24h", or seconds
+    if (!ms.ok()) return ms.status();
+    if (*ms <= 0) return Bad(place + ".key_retention", "must be positive");
+    c.info.key_retention_ms = *ms;
   }
   if (auto headers = t.find("headers"); headers != t.end()) {
     if (!headers->is_object()) return Bad(place + ".headers", "expected an object of strings");

@@ -12,7 +12,10 @@
 // (http://host[:port][/prefix]; https is not supported) and "commit" are
 // required; "status", "preview", "honours_keys" (false), "description",
 // "headers" (extra request headers, e.g. an Authorization for the provider),
-// "timeout_ms" (10000) and "connect_timeout_ms" (1000) are optional. Unknown
+// "timeout_ms" (10000), "connect_timeout_ms" (1000) and "key_retention" (how
+// long the provider keeps idempotency keys, "24h" or seconds; the spec
+// checker refuses steps whose waits outlive it, saga/step_key.h) are
+// optional. Unknown
 // fields are errors, so a typo never silently drops a setting. A path starts
 // with "/" and may contain "{key}", replaced by the percent-encoded
 // idempotency key. Methods: commit POST, PUT, PATCH or DELETE (default POST);

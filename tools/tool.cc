@@ -183,14 +183,31 @@ int RetryPolicy::MaxAttemptsCap(EffectClass c) {
   return 2;
 }
 
-int64_t RetryPolicy::BackoffMs(int next_attempt, std::mt19937_64& rng) const {
+namespace {
+
+// The largest sleep before attempt `next_attempt`: min(cap, base * 2^n).
+int64_t CeilingMs(const RetryPolicy& p, int next_attempt) {
   int shift = std::clamp(next_attempt - 2, 0, 30);
-  int64_t ceiling = initial_backoff_ms;
-  for (int i = 0; i < shift && ceiling < max_backoff_ms; ++i) ceiling *= 2;
-  ceiling = std::min(ceiling, max_backoff_ms);
+  int64_t ceiling = p.initial_backoff_ms;
+  for (int i = 0; i < shift && ceiling < p.max_backoff_ms; ++i) ceiling *= 2;
+  return std::min(ceiling, p.max_backoff_ms);
+}
+
+}  // namespace
+
+int64_t RetryPolicy::BackoffMs(int next_attempt, std::mt19937_64& rng) const {
+  int64_t ceiling = CeilingMs(*this, next_attempt);
   if (ceiling <= 0) return 0;
   std::uniform_int_distribution<int64_t> dist(0, ceiling);
   return dist(rng);
+}
+
+int64_t RetryPolicy::HorizonMs() const {
+  int64_t total = 0;
+  for (int next = 2; next <= max_attempts; ++next) {
+    total += std::max<int64_t>(0, CeilingMs(*this, next));
+  }
+  return total;
 }
 
 }  // namespace idem

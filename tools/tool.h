@@ -73,6 +73,10 @@ struct ToolInfo {
   bool has_status = false;
   /// The tool answers Preview(call): what a commit would do, without doing it.
   bool has_preview = false;
+  /// How long the provider remembers an idempotency key after its first
+  /// use (Stripe: 24 h); 0 when not declared (not checked). The spec
+  /// checker refuses a step whose waits can outlive it (saga/step_key.h).
+  int64_t key_retention_ms = 0;
   std::string description;
   OpenCallPolicy open;  ///< how an open saga calls it
 };
@@ -204,6 +208,9 @@ struct RetryPolicy {
 
   /// The sleep before attempt `next_attempt` (2 for the first retry).
   int64_t BackoffMs(int next_attempt, std::mt19937_64& rng) const;
+  /// The longest time the retries may span: the sum of the largest sleep
+  /// BackoffMs can draw before each attempt after the first.
+  int64_t HorizonMs() const;
 };
 
 }  // namespace idem
