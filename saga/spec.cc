@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "saga/limits.h"
+#include "saga/schedule.h"
 #include "saga/schema_text.h"
 
 #include <valijson/adapters/nlohmann_json_adapter.hpp>
@@ -205,6 +206,7 @@ struct RefScope {
   size_t self_index;
   std::string self_id;
   bool in_compensation;
+  const StepGraph* graph;  ///< which steps run before which
 };
 
 Status CheckRef(const std::string& ref, const RefScope& scope, const std::string& path) {
@@ -222,6 +224,13 @@ Status CheckRef(const std::string& ref, const RefScope& scope, const std::string
     return Error(path, "reference to step " + Quote(id) +
                            " itself (only its compensation may use its own result)");
   }
+  if (scope.graph->declared && !scope.graph->before[scope.self_index][it->second]) {
+    return Error(path, "step " + Quote(scope.self_id) + " may not use step " + Quote(id) +
+                           ", which does not run before it (list it in " +
+                           JoinIndex("steps", scope.self_index) +
+                           ".after, or a step that runs after it)");
+  }
+  if (scope.graph->declared) return Status::Ok();
   if (it->second > scope.self_index) {
     return Error(path, "reference to a later step " + Quote(id) +
                            (scope.in_compensation
@@ -693,6 +702,9 @@ Result<SagaSpec> Build(const Json& doc, const ToolRegistry& tools) {
     const auto& id = steps[i].at("id").get_ref<const std::string&>();
     first_at.emplace(id, i);
   }
+  auto graph = ParseStepGraph(steps, first_at);
+  if (!graph.ok()) return graph.status();
+  spec.parallel = graph->declared;
 
   for (size_t i = 0; i < steps.size(); ++i) {
     const Json& s = steps[i];
@@ -712,7 +724,7 @@ Result<SagaSpec> Build(const Json& doc, const ToolRegistry& tools) {
     step.effect = tool->info().effect;
     const std::string effect_name = EffectClassName(step.effect);
 
-    RefScope scope{&first_at, i, step.id, false};
+    RefScope scope{&first_at, i, step.id, false, &*graph};
     if (s.contains("args")) {
       step.args = s["args"];
       IDEM_RETURN_IF_ERROR(CheckTemplates(step.args, scope, path + ".args"));
@@ -754,7 +766,7 @@ Result<SagaSpec> Build(const Json& doc, const ToolRegistry& tools) {
       }
       if (comp->contains("args")) {
         c.args = (*comp)["args"];
-        RefScope cscope{&first_at, i, step.id, true};
+        RefScope cscope{&first_at, i, step.id, true, &*graph};
         IDEM_RETURN_IF_ERROR(CheckTemplates(c.args, cscope, cpath + ".args"));
       }
       if (comp->contains("retry")) {
@@ -764,6 +776,7 @@ Result<SagaSpec> Build(const Json& doc, const ToolRegistry& tools) {
       step.compensate = std::move(c);
     }
     IDEM_RETURN_IF_ERROR(ApplyTwoPhase(s, tool->info(), path, &step));
+    step.after = graph->parents[i];
     spec.steps.push_back(std::move(step));
   }
   spec.raw = doc;
