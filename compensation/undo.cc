@@ -166,7 +166,9 @@ Result<UndoEnd> DriveUndo(SagaRun* run, int index) {
 
 Result<std::optional<UndoMove>> UndoNextStep(SagaRun* run) {
   const std::vector<storage::StepRecord>& steps = run->record().steps;
-  auto item = NextUndo(steps, run->compensable());
+  auto completed = run->CompletionOrder();  // reverse order of completion
+  if (!completed.ok()) return completed.status();
+  auto item = NextUndo(steps, run->compensable(), *completed);
   if (!item)
     return std::optional<UndoMove>({SagaEvent::kUndoCompleted, SagaFacts::WithMoreSteps(false)});
   int i = item->index;
@@ -199,7 +201,7 @@ Result<std::optional<UndoMove>> UndoNextStep(SagaRun* run) {
                          (blocked ? " cannot run: " : " failed: ") + steps[i].error);
     return std::optional<UndoMove>({SagaEvent::kUndoParked, {}});
   }
-  bool more = NextUndo(steps, run->compensable()).has_value();
+  bool more = NextUndo(steps, run->compensable(), *completed).has_value();
   return std::optional<UndoMove>({SagaEvent::kUndoCompleted, SagaFacts::WithMoreSteps(more)});
 }
 

@@ -40,10 +40,19 @@ Result<PhaseEnd> AdvanceTwoPhase(SagaRun* run, StepDrive* d) {
                                             " is two-phase but no token signer is configured");
         }
         ToolCall call{spec.tool, d->key, st->args, previews, saga_id, st->step_id, ""};
-        PreviewOutcome pv = d->tool->Preview(call);
+        // Outside the run's lock when branches run (saga/branches.h).
+        auto preview = [&] {
+          SagaRun::OutsideCall outside(run);
+          return d->tool->Preview(call);
+        };
+        PreviewOutcome pv = preview();
         for (int n = 2; !pv.ok && pv.retryable && n <= spec.retry.max_attempts + 2; ++n) {
-          run->clock()->SleepMs(spec.retry.BackoffMs(n, *run->rng()));
-          pv = d->tool->Preview(call);  // a preview has no effect: asking again is safe
+          const int64_t wait = spec.retry.BackoffMs(n, *run->rng());
+          {
+            SagaRun::OutsideCall outside(run);
+            run->clock()->SleepMs(wait);
+          }
+          pv = preview();  // a preview has no effect: asking again is safe
         }
         IDEM_FAILPOINT("preview.after_call");
         if (!pv.ok) return fail("preview failed: " + pv.error);
@@ -148,7 +157,7 @@ bool ApprovalSettled(const SagaRun& run, int64_t now_ms) {
   for (int i = 0; i < run.step_count(); ++i) {
     if (run.step_state(i) != StepState::kAwaitingApproval) continue;
     auto phase = PhaseRecord::FromJson(run.record().steps[i].phase);
-    settled = phase && phase->Settled(now_ms);
+    settled |= phase && phase->Settled(now_ms);  // any: branches may wait side by side
   }
   return settled;
 }

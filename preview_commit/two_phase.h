@@ -45,7 +45,7 @@ enum class PhaseEnd {
 /// errors are returned.
 Result<PhaseEnd> AdvanceTwoPhase(SagaRun* run, StepDrive* d);
 
-/// For a saga awaiting approval: true when the approval of its waiting step
+/// For a saga awaiting approval: true when the approval of a waiting step
 /// was decided or has expired at `now_ms`, so its drive can go on.
 bool ApprovalSettled(const SagaRun& run, int64_t now_ms);
 

@@ -7,6 +7,7 @@
 #include "compensation/rollback.h"
 #include "compensation/undo.h"
 #include "preview_commit/two_phase.h"
+#include "saga/branches.h"
 #include "saga/control_drive.h"
 #include "saga/guard.h"
 #include "saga/limits.h"
@@ -52,7 +53,10 @@ Status FireSaga(SagaRun* run, SagaEvent event, std::deque<SagaCommand>* queue,
         reason = run->park_reason();
         data["reason"] = reason;
         Json skipped = Json::array();
-        for (int i : compensation::SkippedByRollback(run->record().steps, run->compensable())) {
+        auto completed = run->CompletionOrder();
+        if (!completed.ok()) return completed.status();
+        for (int i :
+             compensation::SkippedByRollback(run->record().steps, run->compensable(), *completed)) {
           skipped.push_back({{"step", run->record().steps[i].step_id},
                              {"reason", run->spec().steps[i].no_compensation_reason}});
         }
@@ -70,6 +74,44 @@ Status FireSaga(SagaRun* run, SagaEvent event, std::deque<SagaCommand>* queue,
   return Status::Ok();
 }
 
+// A planned step's arguments, into the drive. False: the step is decided
+// without a call and its queue holds the record (over a bound it fails; a
+// template without a value parks it).
+Result<bool> ResolvePlanned(SagaRun* run, StepDrive* d) {
+  auto args = run->ResolveStepArgs(d->index);
+  if (!args.ok() && IsLimitRefusal(args.status())) {
+    // Over a bound (saga/limits.h): refused before any call, so the
+    // step fails and the saga rolls back what it did.
+    d->st.error = args.status().message();
+    IDEM_RETURN_IF_ERROR(d->Fire(StepEvent::kFailed));
+    return false;  // queue holds kRecordFailed
+  }
+  if (!args.ok()) {
+    // No drive will find the value: a person decides (saga/park.h).
+    d->st.error = BlockedReason(TemplateParkCode(args.status()), args.status().message());
+    IDEM_RETURN_IF_ERROR(d->Fire(StepEvent::kBlocked));
+    return false;  // queue holds kParkStep
+  }
+  d->st.args = *args;
+  d->st.args_fingerprint = Fingerprint(d->st.args);
+  return true;
+}
+
+// A one-phase step's `submitted`, durable now or with the next flush (the
+// `submitted` of branches that start together, saga/branches.h); the queue
+// then holds its call.
+Status Submit(SagaRun* run, StepDrive* d, SagaRun::Durable durable) {
+  ++d->st.attempt;  // 1, or one more after a person asked for a retry
+  IDEM_FAILPOINT("step.before_submitted");
+  IDEM_RETURN_IF_ERROR(d->Fire(StepEvent::kSubmitted));
+  return run->CommitStep(*d, "submitted",
+                         {{"attempt", d->st.attempt},
+                          {"key", d->key},
+                          {"tool", d->spec->tool},
+                          {"args_fingerprint", d->st.args_fingerprint}},
+                         {}, durable);
+}
+
 // One drive of a forward step, until it ends or its commit went stale.
 Result<StepEnd> DriveStepOnce(SagaRun* run, int index) {
   auto begun = run->BeginStep(index, /*rolling_back=*/false);
@@ -84,22 +126,9 @@ Result<StepEnd> DriveStepOnce(SagaRun* run, int index) {
     case StepState::kNeedsAttention:
       return StepEnd::kParked;
     case StepState::kPlanned: {
-      auto args = run->ResolveStepArgs(index);
-      if (!args.ok() && IsLimitRefusal(args.status())) {
-        // Over a bound (saga/limits.h): refused before any call, so the
-        // step fails and the saga rolls back what it did.
-        d.st.error = args.status().message();
-        IDEM_RETURN_IF_ERROR(d.Fire(StepEvent::kFailed));
-        break;  // queue holds kRecordFailed
-      }
-      if (!args.ok()) {
-        // No drive will find the value: a person decides (saga/park.h).
-        d.st.error = BlockedReason(TemplateParkCode(args.status()), args.status().message());
-        IDEM_RETURN_IF_ERROR(d.Fire(StepEvent::kBlocked));
-        break;  // queue holds kParkStep
-      }
-      d.st.args = *args;
-      d.st.args_fingerprint = Fingerprint(d.st.args);
+      auto resolved = ResolvePlanned(run, &d);
+      if (!resolved.ok()) return resolved.status();
+      if (!*resolved) break;  // the queue holds its record
       auto before = BeforeWrite(run, &d);  // its key, its guard (saga/guard.h)
       if (!before.ok()) return before.status();
       if (*before) return **before;
@@ -109,14 +138,7 @@ Result<StepEnd> DriveStepOnce(SagaRun* run, int index) {
         if (*phase == preview_commit::PhaseEnd::kWaiting) return StepEnd::kWaiting;
         break;
       }
-      ++d.st.attempt;  // 1, or one more after a person asked for a retry
-      IDEM_FAILPOINT("step.before_submitted");
-      IDEM_RETURN_IF_ERROR(d.Fire(StepEvent::kSubmitted));
-      IDEM_RETURN_IF_ERROR(run->CommitStep(d, "submitted",
-                                           {{"attempt", d.st.attempt},
-                                            {"key", d.key},
-                                            {"tool", spec.tool},
-                                            {"args_fingerprint", d.st.args_fingerprint}}));
+      IDEM_RETURN_IF_ERROR(Submit(run, &d, SagaRun::Durable::kNow));
       IDEM_FAILPOINT("step.after_submitted");
       break;
     }
@@ -145,17 +167,34 @@ Result<StepEnd> DriveStep(SagaRun* run, int index) {
   }
 }
 
-Status RunNextStep(SagaRun* run, std::deque<SagaCommand>* queue) {
+// A planned one-phase step, its `submitted` staged to start with others
+// (saga/branches.h); nullopt for a step driven whole.
+Result<std::optional<StepDrive>> StageStep(SagaRun* run, int index) {
+  const StepSpec& spec = run->spec().steps[index];
+  if (run->step_state(index) != StepState::kPlanned || spec.two_phase || spec.guard) {
+    return std::optional<StepDrive>();  // a guard asks first (saga/guard.h)
+  }
+  auto begun = run->BeginStep(index, /*rolling_back=*/false);
+  if (!begun.ok()) return begun.status();
+  if (begun->key.empty()) return std::optional<StepDrive>();  // parks (saga/guard.h)
+  auto resolved = ResolvePlanned(run, &*begun);
+  if (!resolved.ok()) return resolved.status();
+  if (*resolved) IDEM_RETURN_IF_ERROR(Submit(run, &*begun, SagaRun::Durable::kWithNextFlush));
+  return std::optional<StepDrive>(std::move(*begun));
+}
+
+// An open saga's next call (saga/open_saga.h): its calls run one at a time,
+// in the order they were appended, and a failed call is the agent's to
+// judge: the next call goes on.
+Status RunNextCall(SagaRun* run, std::deque<SagaCommand>* queue) {
   const int n = run->step_count();
-  // An open saga's failed call is the agent's to judge: the next call goes on.
-  const bool open = IsOpenPlan(run->spec().raw);
   int i = 0;
   while (i < n && (run->step_state(i) == StepState::kSucceeded ||
-                   (open && run->step_state(i) == StepState::kFailed))) {
+                   run->step_state(i) == StepState::kFailed)) {
     ++i;
   }
   SagaFacts facts;
-  facts.open_saga = open;
+  facts.open_saga = true;
   if (i == n) return FireSaga(run, SagaEvent::kStepCompleted, queue, facts);
   auto end = DriveStep(run, i);
   if (!end.ok()) return end.status();
@@ -176,6 +215,39 @@ Status RunNextStep(SagaRun* run, std::deque<SagaCommand>* queue) {
       return FireSaga(run, SagaEvent::kStepAwaitingApproval, queue);
     case StepEnd::kStale:
       break;  // DriveStep drives a stale commit again
+  }
+  return Status::Internal("unreachable");
+}
+
+// kRunNextStep: the steps that are ready (one, or several at once where
+// the step graph lets them: saga/branches.h), then the saga event for what
+// they came to.
+Status RunNextStep(SagaRun* run, std::deque<SagaCommand>* queue) {
+  if (IsOpenPlan(run->spec().raw)) return RunNextCall(run, queue);
+  const StepDrivers drivers{[run](int i) { return DriveStep(run, i); },
+                            [run](int i) { return StageStep(run, i); }};
+  auto round = RunReadySteps(run, drivers);
+  if (!round.ok()) return round.status();
+  const int n = run->step_count();
+  switch (round->end) {
+    case ForwardRound::kAllSucceeded:
+      return FireSaga(run, SagaEvent::kStepCompleted, queue, SagaFacts::WithMoreSteps(false));
+    case ForwardRound::kMore:
+      return FireSaga(run, SagaEvent::kStepCompleted, queue, SagaFacts::WithMoreSteps(n > 0));
+    case ForwardRound::kFailed: {
+      const storage::StepRecord& st = run->record().steps[round->step];
+      run->set_park_reason("step " + st.step_id + " failed: " + st.error);
+      return FireSaga(run, SagaEvent::kStepFailed, queue,
+                      SagaFacts::WithEffectsToUndo(
+                          compensation::HasEffectsToUndo(run->record().steps, run->compensable())));
+    }
+    case ForwardRound::kParked: {
+      const storage::StepRecord& st = run->record().steps[round->step];
+      run->set_park_reason("step " + st.step_id + ": " + st.error);
+      return FireSaga(run, SagaEvent::kStepParked, queue);
+    }
+    case ForwardRound::kWaiting:
+      return FireSaga(run, SagaEvent::kStepAwaitingApproval, queue);
   }
   return Status::Internal("unreachable");
 }

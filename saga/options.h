@@ -27,7 +27,9 @@ struct EngineOptions {
   Clock* clock = SystemClock::Get();
   /// Seeds backoff jitter (per saga: seed ^ hash(saga id)).
   uint64_t seed = 0x1de3;
-  /// Called after each journal entry commits, from the driving thread.
+  /// Called after each journal entry commits, in journal order, from the
+  /// driving thread (or, while steps run at once, from one of a saga's
+  /// branch threads, never two of one saga at a time).
   std::function<void(const storage::JournalEntry&)> observer;
   /// Called when a request is answered from the journal instead of being
   /// done again, with how: "existing_intent" (Submit of a known intent). A
@@ -56,6 +58,9 @@ struct EngineOptions {
   /// embedded store holds a file lock instead): then a lease left by a
   /// process that died must not delay its recovery, and none is taken.
   bool use_leases = true;
+  /// The most steps of one saga in flight at once, when its step graph lets
+  /// several run (saga/branches.h); 1 runs them one after another.
+  int max_parallel_steps = 8;
   /// When set and true, drives stop between steps (the current step
   /// finishes) and give their leases back: a worker's graceful shutdown.
   const std::atomic<bool>* stop = nullptr;

@@ -322,14 +322,19 @@ Result<StepEnd> SagaRun::SettleUncertain(StepDrive* d) {
 // Write tools retry at most once, and only when the tool honours keys or a
 // status lookup confirms the key was not applied.
 StepFacts SagaRun::ClassifyFailure(const StepDrive& d, const ToolOutcome& outcome) {
-  if (d.rolling_back || !outcome.retryable || d.st.attempt >= d.spec->retry.max_attempts) {
+  if (d.rolling_back || forward_halted_ || !outcome.retryable ||
+      d.st.attempt >= d.spec->retry.max_attempts) {
     return StepFacts::WithRetryAllowed(false);
   }
   const ToolInfo& info = d.tool->info();
   bool write = info.effect == EffectClass::kWrite || info.effect == EffectClass::kIrreversible;
   if (!write || info.honours_keys) return StepFacts::WithRetryAllowed(true);
   if (info.has_status) {
-    LookupOutcome look = d.tool->Lookup(d.key);
+    LookupOutcome look;
+    {
+      OutsideCall outside(this);
+      look = d.tool->Lookup(d.key);
+    }
     if (look.kind == LookupKind::kNotApplied) return StepFacts::WithRetryAllowed(true);
   }
   return StepFacts::WithRetryAllowed(false);
@@ -345,7 +350,11 @@ StepEvent SagaRun::ResolveUnknown(StepDrive* d) {
   if (info.has_status) {
     std::string last_error;
     for (int n = 1; n <= options_.lookup_attempts; ++n) {
-      LookupOutcome look = d->tool->Lookup(d->key);
+      LookupOutcome look;
+      {
+        OutsideCall outside(this);
+        look = d->tool->Lookup(d->key);
+      }
       if (look.kind == LookupKind::kApplied) {
         *out = ToolOutcome::Succeeded(look.result, look.external_ref);
         out->error = "resolved_by_status";
@@ -365,7 +374,7 @@ StepEvent SagaRun::ResolveUnknown(StepDrive* d) {
         // cannot duplicate it. Attempts burnt by crashes between `submitted`
         // and the call must not end the saga: allow resends up to a hard cap.
         bool resend_ok = attempts_left || st->attempt < kMaxConfirmedAbsentAttempts;
-        if (!d->rolling_back && resend_ok) {
+        if (!d->rolling_back && !forward_halted_ && resend_ok) {
           out->error = kNotAppliedByLookup;  // the resend's `submitted` says so
           return StepEvent::kResolvedRetry;
         }
@@ -374,7 +383,9 @@ StepEvent SagaRun::ResolveUnknown(StepDrive* d) {
       }
       last_error = look.error;
       if (n < options_.lookup_attempts) {
-        options_.clock->SleepMs(options_.lookup_backoff.BackoffMs(n + 1, rng_));
+        const int64_t wait = options_.lookup_backoff.BackoffMs(n + 1, rng_);
+        OutsideCall outside(this);
+        options_.clock->SleepMs(wait);
       }
     }
     st->error = "outcome unknown; status lookup kept failing: " + last_error;
@@ -411,7 +422,10 @@ Result<StepEnd> SagaRun::RunCommands(StepDrive* d) {
         IDEM_RETURN_IF_ERROR(Flush());  // normally done by `submitted`
         IDEM_RETURN_IF_ERROR(CheckLease());
         d->inherited = false;  // from here on the uncertainty is this drive's own
-        outcome = d->tool->Invoke(call);
+        {
+          OutsideCall outside(this);
+          outcome = d->tool->Invoke(call);
+        }
         IDEM_FAILPOINT("step.after_call");
         if (outcome.kind == OutcomeKind::kFailed && outcome.stale && spec.two_phase &&
             spec.on_stale == Fallback::kRePreview && !d->rolling_back) {
@@ -449,7 +463,10 @@ Result<StepEnd> SagaRun::RunCommands(StepDrive* d) {
         // after a crash) has nothing to wait for.
         int64_t wait =
             outcome.kind == OutcomeKind::kFailed ? spec.retry.BackoffMs(st.attempt + 1, rng_) : 0;
-        options_.clock->SleepMs(wait);
+        {
+          OutsideCall outside(this);
+          options_.clock->SleepMs(wait);
+        }
         ++st.attempt;
         Json data = {{"attempt", st.attempt},
                      {"key", d->key},

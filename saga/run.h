@@ -17,13 +17,17 @@
 //     outcome (status lookup, same-key resend, or a person), never turning
 //     an uncertain outcome into a fresh call.
 //
-// Thread safety: none; one run belongs to one driving thread. The run keeps
-// pointers to the store, the tools and the options, which must outlive it.
+// Thread safety: one run belongs to one driving thread, except while the
+// forward driver runs several steps at once (saga/branches.h): then every
+// thread that uses the run holds branch_mutex(), and lets it go only around
+// calls to the outside world (OutsideCall). The run keeps pointers to the
+// store, the tools and the options, which must outlive it.
 
 #include <atomic>
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <mutex>
 #include <optional>
 #include <random>
 #include <string>
@@ -222,6 +226,39 @@ class SagaRun {
   /// none was refused).
   const Status& store_refusal() const { return store_refusal_; }
 
+  // ---- several forward steps in flight (saga/branches.h)
+
+  /// Held by every thread that uses the run while branches run.
+  std::mutex& branch_mutex() { return branch_mu_; }
+  /// Set, under branch_mutex(), while branches run.
+  void set_parallel(bool on) { parallel_ = on; }
+  /// Lets branch_mutex() go for its scope while branches run (a tool's
+  /// call, preview or status lookup; a backoff sleep), so the other
+  /// branches' calls overlap it; nothing otherwise.
+  class OutsideCall {
+   public:
+    explicit OutsideCall(SagaRun* run) : run_(run->parallel_ ? run : nullptr) {
+      if (run_ != nullptr) run_->branch_mu_.unlock();
+    }
+    ~OutsideCall() {
+      if (run_ != nullptr) run_->branch_mu_.lock();
+    }
+    OutsideCall(const OutsideCall&) = delete;
+    OutsideCall& operator=(const OutsideCall&) = delete;
+
+   private:
+    SagaRun* run_;
+  };
+  /// A branch failed for certain: the forward steps still in flight make no
+  /// further retry, and no resend after a status lookup said "not applied"
+  /// (they end failed), so that the rollback can begin.
+  void HaltForward() { forward_halted_ = true; }
+  /// The steps in the order they completed (the journal's order of their
+  /// `succeeded`, or of a person's `applied`, staged ones last), for a
+  /// rollback in reverse order of completion (compensation::NextUndo).
+  /// Empty for a spec without "after": its order is the spec's.
+  Result<std::vector<int>> CompletionOrder() const;
+
  private:
   void Stage(storage::WriteBatch batch);
   Status Commit(storage::WriteBatch batch);
@@ -249,6 +286,9 @@ class SagaRun {
   storage::WriteBatch staged_;  // written to rec_ already, not yet to the store
   bool has_staged_ = false;
   bool released_ = false;
+  std::mutex branch_mu_;
+  bool parallel_ = false;        // GUARDED_BY(branch_mu_) while branches run
+  bool forward_halted_ = false;  // GUARDED_BY(branch_mu_) while branches run
 };
 
 }  // namespace idem

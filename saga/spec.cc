@@ -9,6 +9,7 @@
 
 #include "saga/guard_spec.h"
 #include "saga/limits.h"
+#include "saga/schedule.h"
 #include "saga/schema_text.h"
 #include "saga/step_key.h"
 
@@ -208,6 +209,7 @@ struct RefScope {
   size_t self_index;
   std::string self_id;
   bool in_compensation;
+  const StepGraph* graph;  ///< which steps run before which
 };
 
 Status CheckRef(const std::string& ref, const RefScope& scope, const std::string& path) {
@@ -225,6 +227,13 @@ Status CheckRef(const std::string& ref, const RefScope& scope, const std::string
     return Error(path, "reference to step " + Quote(id) +
                            " itself (only its compensation may use its own result)");
   }
+  if (scope.graph->declared && !scope.graph->before[scope.self_index][it->second]) {
+    return Error(path, "step " + Quote(scope.self_id) + " may not use step " + Quote(id) +
+                           ", which does not run before it (list it in " +
+                           JoinIndex("steps", scope.self_index) +
+                           ".after, or a step that runs after it)");
+  }
+  if (scope.graph->declared) return Status::Ok();
   if (it->second > scope.self_index) {
     return Error(path, "reference to a later step " + Quote(id) +
                            (scope.in_compensation
@@ -668,6 +677,9 @@ Result<SagaSpec> Build(const Json& doc, const ToolRegistry& tools) {
     const auto& id = steps[i].at("id").get_ref<const std::string&>();
     first_at.emplace(id, i);
   }
+  auto graph = ParseStepGraph(steps, first_at);
+  if (!graph.ok()) return graph.status();
+  spec.parallel = graph->declared;
 
   for (size_t i = 0; i < steps.size(); ++i) {
     const Json& s = steps[i];
@@ -687,7 +699,7 @@ Result<SagaSpec> Build(const Json& doc, const ToolRegistry& tools) {
     step.effect = tool->info().effect;
     const std::string effect_name = EffectClassName(step.effect);
 
-    RefScope scope{&first_at, i, step.id, false};
+    RefScope scope{&first_at, i, step.id, false, &*graph};
     if (s.contains("args")) {
       step.args = s["args"];
       IDEM_RETURN_IF_ERROR(CheckTemplates(step.args, scope, path + ".args"));
@@ -729,7 +741,7 @@ Result<SagaSpec> Build(const Json& doc, const ToolRegistry& tools) {
       }
       if (comp->contains("args")) {
         c.args = (*comp)["args"];
-        RefScope cscope{&first_at, i, step.id, true};
+        RefScope cscope{&first_at, i, step.id, true, &*graph};
         IDEM_RETURN_IF_ERROR(CheckTemplates(c.args, cscope, cpath + ".args"));
       }
       if (comp->contains("retry")) {
@@ -755,6 +767,7 @@ Result<SagaSpec> Build(const Json& doc, const ToolRegistry& tools) {
       }
     }
     IDEM_RETURN_IF_ERROR(CheckKeyRetention(step, tools, path));
+    step.after = graph->parents[i];
     spec.steps.push_back(std::move(step));
   }
   IDEM_RETURN_IF_ERROR(CheckKeyCollisions(spec));

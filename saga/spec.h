@@ -17,8 +17,10 @@
 // Templates: a string that is exactly "${path}" is replaced by the JSON value
 // at path (any type); "${path}" inside a longer string is replaced by the
 // value's text. Paths: input.a.b, steps.<id>.args.x, steps.<id>.result.x.
-// A step's args may reference the input and earlier steps; its compensation
-// may also reference the step itself.
+// A step's args may reference the input and the steps that run before it
+// (earlier steps; in a spec that says "after", the steps it runs after,
+// directly or through others: saga/schedule.h); its compensation may also
+// reference the step itself.
 //
 // Thread safety: functions are pure.
 
@@ -85,6 +87,9 @@ struct StepSpec {
   int64_t approval_ttl_ms = 24LL * 3600 * 1000;  ///< "approval_ttl": 900 or "15m"
   Fallback on_expiry = Fallback::kRollback;      ///< "on_expiry"
   Fallback on_stale = Fallback::kRePreview;      ///< "on_stale"
+  /// The steps this one runs after (indices; saga/schedule.h): its "after"
+  /// list, or the previous step in a spec where no step says "after".
+  std::vector<int> after;
   static constexpr int64_t kMaxApprovalTtlMs = 30LL * 24 * 3600 * 1000;
 };
 
@@ -93,6 +98,8 @@ struct SagaSpec {
   int version = 1;
   std::string description;
   std::vector<StepSpec> steps;
+  /// Some step says "after": steps may run at once (saga/schedule.h).
+  bool parallel = false;
   Json raw;  ///< the document as given
   /// The version of a spec registry (the server's) this came from; 0 for a
   /// spec given inline. Recorded on the saga with Fingerprint(raw).

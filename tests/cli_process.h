@@ -32,6 +32,10 @@ namespace fs = std::filesystem;
 
 inline constexpr const char* kBinary = IDEM_BINARY_DIR "/examples/travel_booking/travel-booking";
 inline constexpr const char* kTripSpec = IDEM_SOURCE_DIR "/examples/travel_booking/trip.json";
+/// The trip with its steps one after another (no "after"): for tests whose
+/// failpoints count the steps in order (flight, hotel, car, payment).
+inline constexpr const char* kSequentialTripSpec =
+    IDEM_SOURCE_DIR "/tests/specs/trip_sequential.json";
 inline constexpr const char* kTripInput = IDEM_SOURCE_DIR "/examples/travel_booking/input.json";
 
 inline std::string Slurp(const fs::path& p) {
@@ -110,6 +114,10 @@ class CliProcessTest : public testing::Test {
   /// `run` of the trip, with `env` (e.g. IDEM_FAILPOINT=...).
   ProcResult RunTrip(const std::vector<std::string>& env = {}) {
     return Run({"run", kTripSpec, "--input", std::string("@") + kTripInput}, env);
+  }
+  /// `run` of the sequential trip (kSequentialTripSpec), with `env`.
+  ProcResult RunSequentialTrip(const std::vector<std::string>& env = {}) {
+    return Run({"run", kSequentialTripSpec, "--input", std::string("@") + kTripInput}, env);
   }
 
   /// The commits waiting for a person (`approvals --json`).

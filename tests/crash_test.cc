@@ -69,7 +69,11 @@ namespace {
 namespace fs = std::filesystem;
 
 constexpr const char* kBinary = IDEM_BINARY_DIR "/examples/travel_booking/travel-booking";
-constexpr const char* kTripSpec = IDEM_SOURCE_DIR "/examples/travel_booking/trip.json";
+// The sweep's model (Predictor) counts failpoint hits step by step, so it
+// runs the trip with its steps one after another; the travel example's trip
+// (flight, hotel and car at once) has its own crash tests (CrashParallelTest).
+constexpr const char* kTripSpec = IDEM_SOURCE_DIR "/tests/specs/trip_sequential.json";
+constexpr const char* kParallelTripSpec = IDEM_SOURCE_DIR "/examples/travel_booking/trip.json";
 constexpr const char* kTripInput = IDEM_SOURCE_DIR "/examples/travel_booking/input.json";
 constexpr const char* kRejectPayment = "payments.charge=reject";
 
@@ -2164,6 +2168,83 @@ TEST_F(CrashApprovalTest, RejectRollsBack) {
   EXPECT_EQ(after.ledger.calls.size(), v.ledger.calls.size()) << after.Report();
   EXPECT_EQ(after.ledger.effects.size(), v.ledger.effects.size()) << after.Report();
 }
+
+// ---- the travel example's trip: flight, hotel and car in flight at once
+
+struct ParallelCrashCase {
+  const char* name;
+  const char* failpoint;  ///< where the `run` dies
+  bool reject_hotel;      ///< the hotel refuses: a rollback of the other two
+};
+
+void PrintTo(const ParallelCrashCase& c, std::ostream* os) {
+  *os << "IDEM_FAILPOINT=" << c.failpoint << (c.reject_hotel ? " --fault hotels.book=reject" : "");
+}
+
+// The example's trip (examples/travel_booking/trip.json: flight, hotel and
+// car at once, then the payment) killed while several branches are in flight,
+// then recovered (and the payment approved where it waits): no duplicate
+// effect, no orphan, and the saga terminal or parked with a reason.
+class CrashParallelTest : public CrashTest, public testing::WithParamInterface<ParallelCrashCase> {
+ protected:
+  ProcessExit RunParallel(const std::string& failpoint, const std::vector<std::string>& faults) {
+    return Travel({"run", kParallelTripSpec, "--input", std::string("@") + kTripInput}, failpoint,
+                  faults);
+  }
+};
+
+TEST_P(CrashParallelTest, KilledWithBranchesInFlightRecoversWithoutDuplicates) {
+  const ParallelCrashCase& c = GetParam();
+  std::vector<std::string> faults;
+  if (c.reject_hotel) faults.push_back("hotels.book=reject");
+  ProcessExit run = RunParallel(c.failpoint, faults);
+  ASSERT_TRUE(Crashed(run)) << "the failpoint did not kill the run: " << run;
+  Verdict mid = Check(1, /*count=*/false);
+  EXPECT_EQ(mid.duplicates, 0) << mid.Report();
+
+  ProcessExit recover = Recover("", faults);
+  EXPECT_TRUE(recover.Exited(cli::kExitOk) || recover.Exited(cli::kExitNeedsAttention) ||
+              (c.reject_hotel && recover.Exited(cli::kExitRolledBack)))
+      << recover;
+  Json pending;
+  ASSERT_TRUE(PendingApprovals(&pending));
+  if (!pending.empty()) {
+    ASSERT_EQ(pending.size(), 1u) << pending.dump(2);
+    ProcessExit approve = Decide(pending[0].value("token", ""));
+    EXPECT_TRUE(approve.Exited(cli::kExitOk)) << approve;
+  }
+  Verdict v = Check(1);
+  EXPECT_TRUE(v.violations.empty()) << v.Report();
+  EXPECT_EQ(v.duplicates, 0) << v.Report();
+  ASSERT_EQ(v.sagas.size(), 1u);
+  const std::string state = v.sagas[0].value("state", "");
+  if (c.reject_hotel) {
+    EXPECT_TRUE(state == "compensated" || state == "needs_attention") << v.Report();
+  } else {
+    EXPECT_TRUE(state == "succeeded" || state == "needs_attention") << v.Report();
+  }
+  if (state == "needs_attention") EXPECT_FALSE(v.sagas[0].value("reason", "").empty());
+}
+
+std::vector<ParallelCrashCase> ParallelCrashCases() {
+  return {
+      // All three `submitted` durable (one transaction), no tool called yet.
+      {"after_the_submitted_batch", "step.after_submitted=kill@1", false},
+      // Between their outcomes: one provider applied, the others in flight.
+      {"after_the_first_apply", "provider.after_apply=kill@1", false},
+      {"after_the_second_apply", "provider.after_apply=kill@2", false},
+      {"after_the_first_outcome", "step.after_outcome=kill@1", false},
+      // A branch failed; the rollback of the others is under way.
+      {"rollback_after_the_first_undo_submitted", "compensation.after_submitted=kill@1", true},
+      {"rollback_between_the_undos", "compensation.after_outcome=kill@1", true},
+      {"rollback_after_the_first_undo_applied", "provider.after_undo=kill@1", true},
+  };
+}
+
+INSTANTIATE_TEST_SUITE_P(CrashParallel, CrashParallelTest, testing::ValuesIn(ParallelCrashCases()),
+                         [](const testing::TestParamInfo<ParallelCrashCase>& info) {
+                           return info.param.name;
+                         });
 
 // ---- a bad IDEM_FAILPOINT is refused before anything is written
 

@@ -43,7 +43,7 @@ class RegressionTest : public CliProcessTest {
 
 TEST_F(RegressionTest, WalPutBackAtAnEarlierCommit) {
   // The flight is submitted; the process dies before calling it.
-  ProcResult first = RunTrip({"IDEM_FAILPOINT=step.after_submitted=kill@1"});
+  ProcResult first = RunSequentialTrip({"IDEM_FAILPOINT=step.after_submitted=kill@1"});
   ASSERT_EQ(first.code, 128 + SIGKILL) << first.Describe();
   CopyJournal(".earlier");
   // The trip runs on to the payment's preview and dies there: the hotel and
@@ -65,7 +65,7 @@ TEST_F(RegressionTest, WalPutBackAtAnEarlierCommit) {
   EXPECT_EQ(Called("hotels.book"), hotel_calls);
   EXPECT_EQ(Called("cars.rent"), car_calls);
   // Nothing else drives it either, and a new saga is not started on it.
-  ProcResult run = RunTrip();
+  ProcResult run = RunSequentialTrip();
   EXPECT_EQ(run.code, cli::kExitJournalRegressed) << run.Describe();
   EXPECT_EQ(Booked("flights.reserve"), 1);
   // Reads still answer, so the operator can see what is left.
@@ -85,7 +85,7 @@ TEST_F(RegressionTest, WalPutBackAtAnEarlierCommit) {
 }
 
 TEST_F(RegressionTest, LostWal) {
-  ProcResult first = RunTrip({"IDEM_FAILPOINT=step.after_submitted=kill@3"});
+  ProcResult first = RunSequentialTrip({"IDEM_FAILPOINT=step.after_submitted=kill@3"});
   ASSERT_EQ(first.code, 128 + SIGKILL) << first.Describe();
   ASSERT_EQ(Booked("cars.rent"), 0);  // killed before the car's call
   fs::remove(db_ + "-wal");
@@ -109,7 +109,7 @@ TEST_F(RegressionTest, LostWal) {
   ProcResult check = Run({"journal", "check"});
   EXPECT_EQ(check.code, 0) << check.Describe();
   // After the decision the journal drives again: a new trip runs.
-  ProcResult run = RunTrip();
+  ProcResult run = RunSequentialTrip();
   EXPECT_EQ(run.code, cli::kExitAwaitingApproval) << run.Describe();
   ProcResult twice = Run({"journal", "accept-regression", "--as", "ops", "--reason", "again"});
   EXPECT_NE(twice.code, 0) << twice.Describe();
@@ -117,7 +117,7 @@ TEST_F(RegressionTest, LostWal) {
 
 TEST_F(RegressionTest, AJournalThatRanOnIsNotFlagged) {
   // A kill and a recovery are not a regression: the mark follows commits.
-  ProcResult first = RunTrip({"IDEM_FAILPOINT=step.after_submitted=kill@2"});
+  ProcResult first = RunSequentialTrip({"IDEM_FAILPOINT=step.after_submitted=kill@2"});
   ASSERT_EQ(first.code, 128 + SIGKILL) << first.Describe();
   ProcResult recover = Run({"recover"});
   EXPECT_EQ(recover.code, 0) << recover.Describe();

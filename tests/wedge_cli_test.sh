@@ -27,7 +27,8 @@ set -euo pipefail
 TB=$1
 LEDGER=$2
 SRC=$3
-SPEC="$SRC/examples/travel_booking/trip.json"
+# The trip with its steps one after another: kill@3 counts the car third.
+SPEC="$SRC/tests/specs/trip_sequential.json"
 INPUT="@$SRC/examples/travel_booking/input.json"
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/idem-wedge-cli.XXXXXX")
 trap 'rc=$?; if [[ $rc -ne 0 ]]; then echo "kept $WORK" >&2; else rm -rf "$WORK"; fi' EXIT
