@@ -1,0 +1,428 @@
+// HTTPS: HTTP tools over TLS (tools/http_tls.h) against loopback
+// httplib::SSLServer providers, and `idem serve --tls-cert/--tls-key` (the
+// http/ front over TLS) with a real HTTPS client. Every certificate is made
+// at test time by tests/tls_certs.sh (openssl) in a temporary folder.
+
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <cstdlib>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <httplib.h>
+
+#include "tests/test_util.h"
+#include "tools/http_tool.h"
+
+#include "common/json_util.h"
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+namespace idem {
+namespace {
+
+using test::TempDir;
+
+[[maybe_unused]] const bool sigpipe_ignored = [] {
+  std::signal(SIGPIPE, SIG_IGN);
+  return true;
+}();
+
+// ---- Certificates, made once per test binary ---------------------------------------
+
+/// The folder tests/tls_certs.sh filled (see its header for the files).
+const std::string& Certs() {
+  static TempDir* dir = [] {
+    auto* d = new TempDir("idem_tls");
+    const std::string cmd =
+        "bash " IDEM_SOURCE_DIR "/tests/tls_certs.sh '" + d->path() + "' >/dev/null";
+    if (std::system(cmd.c_str()) != 0) ADD_FAILURE() << "tests/tls_certs.sh failed";
+    return d;
+  }();
+  return dir->path();
+}
+std::string Cert(const std::string& name) { return Certs() + "/" + name; }
+
+// ---- A loopback HTTPS provider with a ledger ---------------------------------------
+
+/// An httplib::SSLServer on 127.0.0.1 that counts the requests it handles:
+/// POST /charges (200 {"id": "ch_N"}) and GET /charges/status/{key}.
+class TlsProvider {
+ public:
+  /// `cert` names a pair in Certs() ("server"); `client_ca` non-empty makes
+  /// client certificates required, signed by that CA.
+  explicit TlsProvider(const std::string& cert, const std::string& client_ca = "")
+      : svr_(Cert(cert + ".pem").c_str(), Cert(cert + ".key").c_str(),
+             client_ca.empty() ? nullptr : Cert(client_ca + ".pem").c_str()) {
+    svr_.Post("/charges", [this](const httplib::Request& req, httplib::Response& res) {
+      int n = ++calls_;
+      last_key_ = req.get_header_value("Idempotency-Key");
+      res.set_content(R"({"id": "ch_)" + std::to_string(n) + "\"}", "application/json");
+    });
+    svr_.Get(R"(/charges/status/(.+))", [this](const httplib::Request&, httplib::Response& res) {
+      ++lookups_;
+      res.set_content(R"({"status": "applied", "result": {"id": "ch_1"}})", "application/json");
+    });
+    port_ = svr_.bind_to_any_port("127.0.0.1");
+    thread_ = std::thread([this] { svr_.listen_after_bind(); });
+    for (int i = 0; i < 2000 && !svr_.is_running(); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  }
+  ~TlsProvider() {
+    svr_.stop();
+    if (thread_.joinable()) thread_.join();
+  }
+  TlsProvider(const TlsProvider&) = delete;
+  TlsProvider& operator=(const TlsProvider&) = delete;
+
+  bool valid() const { return svr_.is_valid() && port_ > 0; }
+  int port() const { return port_; }
+  int calls() const { return calls_; }
+  int lookups() const { return lookups_; }
+  std::string last_key() const { return last_key_; }
+
+ private:
+  httplib::SSLServer svr_;
+  std::thread thread_;
+  int port_ = 0;
+  std::atomic<int> calls_{0};
+  std::atomic<int> lookups_{0};
+  std::string last_key_;
+};
+
+/// A tools document with one https tool on `port`; `extra` adds fields.
+std::string ToolsDoc(int port, const std::string& extra, const std::string& host = "127.0.0.1") {
+  return R"({"tools": [{"name": "payments.charge", "effect": "write",
+    "base_url": "https://)" +
+         host + ":" + std::to_string(port) + R"(",
+    "commit": {"method": "POST", "path": "/charges"},
+    "status": {"method": "GET", "path": "/charges/status/{key}"},
+    "honours_keys": true, "connect_timeout_ms": 3000, "timeout_ms": 3000)" +
+         extra + "}]}";
+}
+
+std::string Field(const std::string& name, const std::string& path) {
+  return ", \"" + name + "\": \"" + path + "\"";
+}
+
+/// The tool of `doc`, registered through LoadHttpTools (so every file is
+/// checked as at load).
+Tool* Load(const std::string& doc, ToolRegistry* registry) {
+  Status s = LoadHttpTools(doc, registry);
+  EXPECT_TRUE(s.ok()) << s.message();
+  return registry->Find("payments.charge");
+}
+
+ToolCall Call(const std::string& key) {
+  ToolCall c;
+  c.tool = "payments.charge";
+  c.key = key;
+  c.args = Json{{"amount", 100}};
+  return c;
+}
+
+bool Has(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+// ---- (1) a valid chain ----------------------------------------------------------------
+
+TEST(HttpsToolTest, ValidChainWithCaFileCallsOnce) {
+  TlsProvider provider("server");
+  ASSERT_TRUE(provider.valid());
+  ToolRegistry registry;
+  Tool* tool = Load(ToolsDoc(provider.port(), Field("ca_file", Cert("ca.pem"))), &registry);
+  ASSERT_NE(tool, nullptr);
+  ToolOutcome o = tool->Invoke(Call("saga_1/charge"));
+  EXPECT_EQ(o.kind, OutcomeKind::kSucceeded) << o.error;
+  EXPECT_EQ(o.external_ref, "ch_1");
+  EXPECT_EQ(provider.calls(), 1);
+  EXPECT_EQ(provider.last_key(), "saga_1/charge");
+  LookupOutcome l = tool->Lookup("saga_1/charge");
+  EXPECT_EQ(l.kind, LookupKind::kApplied) << l.error;
+  EXPECT_EQ(provider.lookups(), 1);
+}
+
+TEST(HttpsToolTest, LocalhostNameMatchesTheCertificateToo) {
+  TlsProvider provider("server");
+  ASSERT_TRUE(provider.valid());
+  ToolRegistry registry;
+  Tool* tool =
+      Load(ToolsDoc(provider.port(), Field("ca_file", Cert("ca.pem")), "localhost"), &registry);
+  ASSERT_NE(tool, nullptr);
+  ToolOutcome o = tool->Invoke(Call("k"));
+  EXPECT_EQ(o.kind, OutcomeKind::kSucceeded) << o.error;
+  EXPECT_EQ(provider.calls(), 1);
+}
+
+// ---- (2) a wrong host name ------------------------------------------------------------
+
+TEST(HttpsToolTest, WrongHostNameIsRefusedAndNothingIsSent) {
+  TlsProvider provider("wrong-host");  // a certificate for example.invalid, from our CA
+  ASSERT_TRUE(provider.valid());
+  ToolRegistry registry;
+  Tool* tool = Load(ToolsDoc(provider.port(), Field("ca_file", Cert("ca.pem"))), &registry);
+  ASSERT_NE(tool, nullptr);
+  ToolOutcome o = tool->Invoke(Call("k"));
+  EXPECT_EQ(o.kind, OutcomeKind::kFailed) << o.error;
+  EXPECT_FALSE(o.retryable) << o.error;
+  const std::string peer = "127.0.0.1:" + std::to_string(provider.port());
+  EXPECT_TRUE(Has(o.error, "payments.charge POST /charges: ")) << o.error;
+  EXPECT_TRUE(Has(o.error, "the TLS certificate of " + peer +
+                               " is not trusted: it does not name "
+                               "the host 127.0.0.1; the request was not sent"))
+      << o.error;
+  EXPECT_EQ(provider.calls(), 0);
+  LookupOutcome l = tool->Lookup("k");
+  EXPECT_EQ(l.kind, LookupKind::kError);
+  EXPECT_TRUE(Has(l.error, "does not name the host")) << l.error;
+  EXPECT_EQ(provider.lookups(), 0);
+}
+
+// ---- (3) an unknown CA ----------------------------------------------------------------
+
+TEST(HttpsToolTest, UnknownCaIsRefusedAndNothingIsSent) {
+  TlsProvider provider("server");
+  ASSERT_TRUE(provider.valid());
+  const std::string peer = "127.0.0.1:" + std::to_string(provider.port());
+  {  // No ca_file: the system store does not know the test CA.
+    ToolRegistry registry;
+    Tool* tool = Load(ToolsDoc(provider.port(), ""), &registry);
+    ASSERT_NE(tool, nullptr);
+    ToolOutcome o = tool->Invoke(Call("k"));
+    EXPECT_EQ(o.kind, OutcomeKind::kFailed) << o.error;
+    EXPECT_FALSE(o.retryable);
+    EXPECT_TRUE(Has(o.error, "the TLS certificate of " + peer +
+                                 " is not trusted: unable to get local issuer certificate (not in "
+                                 "the system CA store; name its CA in \"ca_file\")"))
+        << o.error;
+  }
+  {  // Another CA.
+    ToolRegistry registry;
+    Tool* tool = Load(ToolsDoc(provider.port(), Field("ca_file", Cert("other-ca.pem"))), &registry);
+    ASSERT_NE(tool, nullptr);
+    ToolOutcome o = tool->Invoke(Call("k"));
+    EXPECT_EQ(o.kind, OutcomeKind::kFailed) << o.error;
+    EXPECT_FALSE(o.retryable);
+    EXPECT_TRUE(Has(o.error,
+                    "is not trusted: unable to get local issuer certificate (not signed "
+                    "by the CA of " +
+                        Cert("other-ca.pem") + ")"))
+        << o.error;
+  }
+  EXPECT_EQ(provider.calls(), 0);
+}
+
+// ---- (4) client certificates ----------------------------------------------------------
+
+TEST(HttpsToolTest, ClientCertificateRequiredWorksWithOneAndIsRefusedWithout) {
+  TlsProvider provider("server", /*client_ca=*/"ca");
+  ASSERT_TRUE(provider.valid());
+  {
+    ToolRegistry registry;
+    Tool* tool = Load(ToolsDoc(provider.port(), Field("ca_file", Cert("ca.pem")) +
+                                                    Field("client_cert", Cert("client.pem")) +
+                                                    Field("client_key", Cert("client.key"))),
+                      &registry);
+    ASSERT_NE(tool, nullptr);
+    ToolOutcome o = tool->Invoke(Call("k1"));
+    EXPECT_EQ(o.kind, OutcomeKind::kSucceeded) << o.error;
+    EXPECT_EQ(provider.calls(), 1);
+  }
+  {  // Without: the server refuses the handshake (in TLS 1.3 after the
+     // client's side ended: still refused, never "unknown").
+    ToolRegistry registry;
+    Tool* tool = Load(ToolsDoc(provider.port(), Field("ca_file", Cert("ca.pem"))), &registry);
+    ASSERT_NE(tool, nullptr);
+    ToolOutcome o = tool->Invoke(Call("k2"));
+    EXPECT_EQ(o.kind, OutcomeKind::kFailed) << o.error;
+    EXPECT_FALSE(o.retryable) << o.error;
+    EXPECT_TRUE(Has(o.error, "127.0.0.1:" + std::to_string(provider.port()))) << o.error;
+    EXPECT_TRUE(Has(o.error, "was refused by the server: ")) << o.error;
+    EXPECT_TRUE(Has(o.error, "client certificate") || Has(o.error, "certificate required"))
+        << o.error;
+    EXPECT_TRUE(Has(o.error, "the request was not sent")) << o.error;
+  }
+  {  // A client certificate from a CA the provider does not trust.
+    ToolRegistry registry;
+    Tool* tool = Load(ToolsDoc(provider.port(), Field("ca_file", Cert("ca.pem")) +
+                                                    Field("client_cert", Cert("other.pem")) +
+                                                    Field("client_key", Cert("other.key"))),
+                      &registry);
+    ASSERT_NE(tool, nullptr);
+    ToolOutcome o = tool->Invoke(Call("k3"));
+    EXPECT_EQ(o.kind, OutcomeKind::kFailed) << o.error;
+    EXPECT_FALSE(o.retryable) << o.error;
+    EXPECT_TRUE(Has(o.error, "was refused by the server: ")) << o.error;
+  }
+  EXPECT_EQ(provider.calls(), 1);
+}
+
+// ---- handshakes that never finish --------------------------------------------------------
+
+/// A loopback listener that accepts and then either closes at once or says
+/// nothing (a TLS server that stalls).
+class SilentListener {
+ public:
+  explicit SilentListener(bool close_at_once) {
+    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof addr;
+    if (::bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
+        ::listen(fd_, 8) != 0 ||
+        ::getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+      ADD_FAILURE() << "cannot listen on a loopback port";
+    }
+    port_ = ntohs(addr.sin_port);
+    thread_ = std::thread([this, close_at_once] {
+      int c = ::accept(fd_, nullptr, nullptr);
+      if (c < 0) return;
+      if (!close_at_once) {
+        char buf[4096];
+        while (!done_ && ::recv(c, buf, sizeof buf, MSG_DONTWAIT) != 0) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        }
+      }
+      ::close(c);
+    });
+  }
+  ~SilentListener() {
+    done_ = true;
+    ::shutdown(fd_, SHUT_RDWR);
+    ::close(fd_);
+    if (thread_.joinable()) thread_.join();
+  }
+  SilentListener(const SilentListener&) = delete;
+  SilentListener& operator=(const SilentListener&) = delete;
+  int port() const { return port_; }
+
+ private:
+  int fd_ = -1;
+  int port_ = 0;
+  std::atomic<bool> done_{false};
+  std::thread thread_;
+};
+
+TEST(HttpsToolTest, HandshakeCutOrStalledWithoutAnAlertIsFailedRetryable) {
+  for (bool close_at_once : {true, false}) {
+    SilentListener listener(close_at_once);
+    ToolRegistry registry;
+    std::string doc = ToolsDoc(listener.port(), Field("ca_file", Cert("ca.pem")));
+    doc.replace(doc.find("\"connect_timeout_ms\": 3000"), 26, "\"connect_timeout_ms\": 300");
+    Tool* tool = Load(doc, &registry);
+    ASSERT_NE(tool, nullptr);
+    auto t0 = std::chrono::steady_clock::now();
+    ToolOutcome o = tool->Invoke(Call("k"));
+    EXPECT_EQ(o.kind, OutcomeKind::kFailed) << o.error;
+    EXPECT_TRUE(o.retryable) << o.error;
+    EXPECT_TRUE(Has(
+        o.error, "the TLS handshake with 127.0.0.1:" + std::to_string(listener.port()) + " failed"))
+        << o.error;
+    EXPECT_TRUE(Has(o.error, "the request was not sent")) << o.error;
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(3));
+  }
+}
+
+// ---- the tools file's TLS fields -------------------------------------------------------------
+
+TEST(HttpsToolTest, TlsFieldsAreCheckedAtLoadNamingThePlace) {
+  TempDir dir("idem_tls_load");
+  auto copy = [&](const std::string& from, const std::string& to, mode_t mode) {
+    {
+      std::ifstream in(Cert(from), std::ios::binary);
+      std::ofstream out(dir.File(to), std::ios::binary);
+      out << in.rdbuf();
+    }
+    ::chmod(dir.File(to).c_str(), mode);
+    return dir.File(to);
+  };
+  const std::string loose_key = copy("client.key", "loose.key", 0644);
+  const std::string cert_as_key = copy("client.pem", "cert-as-key.pem", 0600);
+  struct Case {
+    std::string extra;
+    Code code;
+    std::string error;
+  };
+  const std::vector<Case> cases = {
+      {Field("ca_file", dir.File("none.pem")), Code::kNotFound,
+       "tools[0].ca_file: " + dir.File("none.pem") +
+           ": cannot read the certificate file (no such file)"},
+      {Field("ca_file", Cert("ca.key")), Code::kInvalidArgument,
+       "tools[0].ca_file: " + Cert("ca.key") + ": no PEM certificate in the file"},
+      {Field("client_cert", Cert("client.pem")), Code::kInvalidArgument,
+       "tools[0].client_key: client_cert and client_key go together (mutual TLS needs both)"},
+      {Field("client_key", Cert("client.key")), Code::kInvalidArgument,
+       "tools[0].client_cert: client_cert and client_key go together (mutual TLS needs both)"},
+      {Field("client_cert", Cert("client.pem")) + Field("client_key", loose_key),
+       Code::kFailedPrecondition,
+       "tools[0].client_key: " + loose_key +
+           ": the private key file is readable or writable by group or others; chmod 600 it"},
+      {Field("client_cert", Cert("client.pem")) + Field("client_key", Cert("server.key")),
+       Code::kInvalidArgument,
+       "tools[0].client_key: " + Cert("server.key") +
+           ": the private key does not belong to the certificate " + Cert("client.pem")},
+      {Field("client_cert", Cert("client.key")) + Field("client_key", Cert("client.key")),
+       Code::kInvalidArgument,
+       "tools[0].client_cert: " + Cert("client.key") + ": no PEM certificate in the file"},
+      {Field("client_cert", Cert("client.pem")) + Field("client_key", cert_as_key),
+       Code::kInvalidArgument,
+       "tools[0].client_key: " + cert_as_key + ": no unencrypted PEM private key in the file"},
+      {", \"ca_file\": 3", Code::kInvalidArgument, "tools[0].ca_file: expected a file path"},
+  };
+  for (const Case& c : cases) {
+    ToolRegistry registry;
+    Status s = LoadHttpTools(ToolsDoc(8443, c.extra), &registry);
+    EXPECT_EQ(s.code(), c.code) << c.extra << ": " << s.message();
+    EXPECT_EQ(s.message(), c.error) << c.extra;
+    EXPECT_FALSE(Has(s.message(), "BEGIN")) << "no key content in a message";
+    EXPECT_TRUE(registry.List().empty());
+  }
+  // Only with https.
+  ToolRegistry registry;
+  std::string plain = ToolsDoc(8443, Field("ca_file", Cert("ca.pem")));
+  plain.replace(plain.find("https://"), 8, "http://");
+  Status s = LoadHttpTools(plain, &registry);
+  EXPECT_EQ(s.message(), "tools[0].ca_file: only allowed with an https:// base_url");
+}
+
+TEST(HttpsToolTest, RelativePathsAreTakenFromTheToolsFilesFolder) {
+  TlsProvider provider("server");
+  ASSERT_TRUE(provider.valid());
+  TempDir dir("idem_tls_rel");
+  ::mkdir(dir.File("certs").c_str(), 0700);
+  {
+    std::ifstream in(Cert("ca.pem"), std::ios::binary);
+    std::ofstream out(dir.File("certs/ca.pem"), std::ios::binary);
+    out << in.rdbuf();
+  }
+  std::ofstream(dir.File("tools.json"))
+      << ToolsDoc(provider.port(), Field("ca_file", "certs/ca.pem"));
+  ToolRegistry registry;
+  Tool* tool = Load(dir.File("tools.json"), &registry);
+  ASSERT_NE(tool, nullptr);
+  EXPECT_EQ(tool->Invoke(Call("k")).kind, OutcomeKind::kSucceeded);
+  EXPECT_EQ(provider.calls(), 1);
+  // The default port of https is 443.
+  Result<Json> doc = ParseJson(R"({"tools": [{"name": "a", "effect": "read",
+      "base_url": "https://api.example", "commit": {"path": "/x"}}]})",
+                               "test");
+  ASSERT_TRUE(doc.ok());
+  Result<std::vector<HttpToolConfig>> configs = ParseHttpTools(*doc);
+  ASSERT_TRUE(configs.ok()) << configs.status().message();
+  EXPECT_EQ((*configs)[0].port, 443);
+  EXPECT_TRUE((*configs)[0].tls);
+}
+
+}  // namespace
+}  // namespace idem
