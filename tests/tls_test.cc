@@ -9,8 +9,10 @@
 #include <cstdlib>
 #include <fstream>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -20,6 +22,7 @@
 #include "tools/http_tool.h"
 
 #include "common/json_util.h"
+#include "http/server.h"
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -422,6 +425,290 @@ TEST(HttpsToolTest, RelativePathsAreTakenFromTheToolsFilesFolder) {
   ASSERT_TRUE(configs.ok()) << configs.status().message();
   EXPECT_EQ((*configs)[0].port, 443);
   EXPECT_TRUE((*configs)[0].tls);
+}
+
+// ---- (5) `idem serve --tls-cert/--tls-key` --------------------------------------------------
+
+constexpr const char* kBinary = IDEM_BINARY_DIR "/examples/travel_booking/travel-booking";
+
+std::string Slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+/// An HTTPS client that trusts the test CA.
+std::unique_ptr<httplib::SSLClient> HttpsClient(int port) {
+  auto cli = std::make_unique<httplib::SSLClient>("127.0.0.1", port);
+  cli->set_ca_cert_path(Cert("ca.pem"));
+  cli->enable_server_certificate_verification(true);
+  cli->set_connection_timeout(5, 0);
+  cli->set_read_timeout(10, 0);
+  return cli;
+}
+
+/// A TCP connection to 127.0.0.1:port, or -1.
+int Connect(int port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+/// Reads from `fd` until the peer closes (true) or `limit` passes (false).
+bool ClosedWithin(int fd, std::chrono::milliseconds limit) {
+  timeval tv{0, 100'000};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  const auto end = std::chrono::steady_clock::now() + limit;
+  char buf[4096];
+  while (std::chrono::steady_clock::now() < end) {
+    ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    if (n == 0) return true;
+    if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) return true;
+  }
+  return false;
+}
+
+class ServeTlsTest : public ::testing::Test {
+ protected:
+  void TearDown() override {
+    if (pid_ > 0) {
+      ::kill(pid_, SIGTERM);
+      Wait(pid_);
+    }
+  }
+  static int Wait(pid_t pid) {
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  }
+  std::vector<std::string> Args(const std::vector<std::string>& extra) {
+    std::vector<std::string> args = {"--db",     dir_.File("trip.db"), "serve",
+                                     "--listen", "127.0.0.1:0",        "--insecure-no-auth"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return args;
+  }
+  /// Starts serve with `extra`; its port, or 0.
+  int Serve(const std::vector<std::string>& extra) {
+    out_ = dir_.File("serve" + std::to_string(++runs_) + ".out");
+    err_ = dir_.File("serve" + std::to_string(runs_) + ".err");
+    pid_ = test::SpawnProcess(kBinary, Args(extra), out_, err_);
+    for (int i = 0; i < 500; ++i) {
+      std::string out = Slurp(out_);
+      size_t at = out.find("listening on 127.0.0.1:");
+      if (at != std::string::npos) return std::atoi(out.c_str() + at + 23);
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    ADD_FAILURE() << "serve did not start: " << Slurp(err_);
+    return 0;
+  }
+  /// Runs serve with `extra` to its end: {exit code, stderr}.
+  std::pair<int, std::string> RunServe(const std::vector<std::string>& extra) {
+    const std::string out = dir_.File("bad" + std::to_string(++runs_) + ".out");
+    const std::string err = dir_.File("bad" + std::to_string(runs_) + ".err");
+    pid_t pid = test::SpawnProcess(kBinary, Args(extra), out, err);
+    auto t0 = std::chrono::steady_clock::now();
+    while (std::chrono::steady_clock::now() - t0 < std::chrono::seconds(20)) {
+      int status = 0;
+      pid_t done = waitpid(pid, &status, WNOHANG);
+      if (done == pid) {
+        return {WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), Slurp(err)};
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    ::kill(pid, SIGKILL);
+    Wait(pid);
+    return {-1, "serve did not exit: " + Slurp(out)};
+  }
+  std::vector<std::string> Tls() {
+    return {"--tls-cert", Cert("server.pem"), "--tls-key", Cert("server.key")};
+  }
+
+  TempDir dir_{"idem_serve_tls"};
+  pid_t pid_ = -1;
+  int runs_ = 0;
+  std::string out_, err_;
+};
+
+TEST_F(ServeTlsTest, HttpsClientSubmitsASagaAndReadsIt) {
+  int port = Serve(Tls());
+  ASSERT_GT(port, 0);
+  EXPECT_TRUE(Has(Slurp(out_), "(HTTPS, ")) << Slurp(out_);
+  auto cli = HttpsClient(port);
+  auto health = cli->Get("/healthz");
+  ASSERT_TRUE(health) << httplib::to_string(health.error());
+  EXPECT_EQ(health->status, 200);
+
+  Json body = {
+      {"spec", Json::parse(Slurp(IDEM_SOURCE_DIR "/examples/travel_booking/trip.json"))},
+      {"input", Json::parse(Slurp(IDEM_SOURCE_DIR "/examples/travel_booking/input.json"))}};
+  httplib::Headers headers = {{"Idempotency-Key", "trip-tls-1"}};
+  auto created = cli->Post("/v1/sagas", headers, body.dump(), "application/json");
+  ASSERT_TRUE(created) << httplib::to_string(created.error());
+  ASSERT_EQ(created->status, 201) << created->body;
+  const std::string id = Json::parse(created->body).value("saga_id", "");
+  ASSERT_FALSE(id.empty()) << created->body;
+  // The retry under the same key is the same saga.
+  auto again = cli->Post("/v1/sagas", headers, body.dump(), "application/json");
+  ASSERT_TRUE(again);
+  EXPECT_EQ(Json::parse(again->body).value("saga_id", ""), id) << again->body;
+  auto read = cli->Get(("/v1/sagas/" + id).c_str());
+  ASSERT_TRUE(read) << httplib::to_string(read.error());
+  EXPECT_EQ(read->status, 200) << read->body;
+  EXPECT_EQ(Json::parse(read->body).value("saga_id", ""), id);
+
+  // A client that does not trust the CA is refused by its own check.
+  httplib::SSLClient untrusting("127.0.0.1", port);
+  untrusting.enable_server_certificate_verification(true);
+  auto refused = untrusting.Get("/healthz");
+  EXPECT_FALSE(refused);
+  EXPECT_EQ(refused.error(), httplib::Error::SSLServerVerification);
+}
+
+TEST_F(ServeTlsTest, PlainHttpToTheTlsPortIsClosedAndTheServerLivesOn) {
+  int port = Serve(Tls());
+  ASSERT_GT(port, 0);
+  for (int i = 0; i < 3; ++i) {
+    httplib::Client plain("127.0.0.1", port);
+    plain.set_read_timeout(5, 0);
+    auto r = plain.Get("/healthz");
+    EXPECT_FALSE(r) << "a plain request got an answer: " << r->status;
+  }
+  auto cli = HttpsClient(port);
+  auto health = cli->Get("/healthz");
+  ASSERT_TRUE(health) << httplib::to_string(health.error());
+  EXPECT_EQ(health->status, 200);
+  EXPECT_EQ(waitpid(pid_, nullptr, WNOHANG), 0) << "serve is still running";
+}
+
+TEST_F(ServeTlsTest, StalledHandshakeIsCutAtTheRequestDeadlineWhileHealthzAnswers) {
+  std::vector<std::string> flags = Tls();
+  flags.insert(flags.end(), {"--request-timeout-ms", "1500"});
+  int port = Serve(flags);
+  ASSERT_GT(port, 0);
+  // One connection that says nothing, one that stops half way through its
+  // ClientHello (a TLS record header announcing 512 bytes, then 5 of them).
+  int silent = Connect(port);
+  int partial = Connect(port);
+  ASSERT_GE(silent, 0);
+  ASSERT_GE(partial, 0);
+  const char hello[] = "\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03";
+  ASSERT_EQ(::send(partial, hello, sizeof hello - 1, 0), static_cast<ssize_t>(sizeof hello - 1));
+  auto t0 = std::chrono::steady_clock::now();
+  // Meanwhile /healthz over TLS answers at once.
+  auto cli = HttpsClient(port);
+  auto health = cli->Get("/healthz");
+  ASSERT_TRUE(health) << httplib::to_string(health.error());
+  EXPECT_EQ(health->status, 200);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(1200));
+  EXPECT_TRUE(ClosedWithin(silent, std::chrono::seconds(6)));
+  EXPECT_TRUE(ClosedWithin(partial, std::chrono::seconds(6)));
+  const auto took = std::chrono::steady_clock::now() - t0;
+  EXPECT_GE(took, std::chrono::milliseconds(1200)) << "cut at the deadline, not before";
+  EXPECT_LT(took, std::chrono::seconds(6));
+  ::close(silent);
+  ::close(partial);
+}
+
+// ---- (6) bad flags ---------------------------------------------------------------------------
+
+TEST_F(ServeTlsTest, BadTlsFlagsExit2NamingTheFlag) {
+  const std::string loose = dir_.File("loose.key");
+  {
+    std::ifstream in(Cert("server.key"), std::ios::binary);
+    std::ofstream out(loose, std::ios::binary);
+    out << in.rdbuf();
+  }
+  ::chmod(loose.c_str(), 0644);
+  struct Case {
+    std::vector<std::string> flags;
+    std::string error;
+  };
+  const std::vector<Case> cases = {
+      {{"--tls-cert", Cert("server.pem")}, "error: --tls-cert needs --tls-key (both or neither)"},
+      {{"--tls-key", Cert("server.key")}, "error: --tls-key needs --tls-cert (both or neither)"},
+      {{"--tls-cert", dir_.File("none.pem"), "--tls-key", Cert("server.key")},
+       "error: --tls-cert: " + dir_.File("none.pem") +
+           ": cannot read the certificate file (no such file)"},
+      {{"--tls-cert", Cert("server.pem"), "--tls-key", dir_.File("none.key")},
+       "error: --tls-key: " + dir_.File("none.key") +
+           ": cannot read the private key file (no such file)"},
+      {{"--tls-cert", Cert("server.pem"), "--tls-key", loose},
+       "error: --tls-key: " + loose +
+           ": the private key file is readable or writable by group or others; chmod 600 it"},
+      {{"--tls-cert", Cert("server.key"), "--tls-key", Cert("server.key")},
+       "error: --tls-cert: " + Cert("server.key") + ": no PEM certificate in the file"},
+      {{"--tls-cert", Cert("server.pem"), "--tls-key", Cert("client.key")},
+       "error: --tls-key: " + Cert("client.key") +
+           ": the private key does not belong to the certificate " + Cert("server.pem")},
+  };
+  for (const Case& c : cases) {
+    auto [code, err] = RunServe(c.flags);
+    EXPECT_EQ(code, 2) << err;
+    EXPECT_TRUE(Has(err, c.error)) << "want: " << c.error << "\ngot: " << err;
+    EXPECT_FALSE(Has(err, "BEGIN")) << err;
+  }
+}
+
+// ---- event streams over TLS (the http/ front itself) -------------------------------------------
+
+TEST(HttpFrontTlsTest, EventStreamsAndLimitsWorkOverTls) {
+  http::ServerOptions o;
+  o.tls_cert_file = Cert("server.pem");
+  o.tls_key_file = Cert("server.key");
+  o.max_body_bytes = 1024;
+  auto server = http::Server::Create(o, [](const http::Request& req, http::Response& res) {
+    if (req.target == "/events") {
+      res.on_stream = [](http::Stream s) {
+        s.Send("one", "tick", "1");
+        s.Send("two", "tick", "2");
+        // (Close drops what is still queued: give the writes a moment.)
+        std::this_thread::sleep_for(std::chrono::milliseconds(300));
+        s.Close();
+      };
+      return;
+    }
+    res.SetContent("ok\n", "text/plain");
+  });
+  ASSERT_TRUE(server.ok()) << server.status().message();
+  ASSERT_TRUE((*server)->Start().ok());
+  auto cli = HttpsClient((*server)->port());
+  std::string events;
+  auto r = cli->Get("/events", [&](const char* data, size_t n) {
+    events.append(data, n);
+    return true;
+  });
+  ASSERT_TRUE(r) << httplib::to_string(r.error());
+  EXPECT_EQ(r->status, 200);
+  EXPECT_EQ(r->get_header_value("Content-Type"), "text/event-stream");
+  EXPECT_TRUE(Has(events, "event: tick\nid: 1\ndata: one\n\n")) << events;
+  EXPECT_TRUE(Has(events, "data: two")) << events;
+  // The body limit holds under TLS.
+  auto big = cli->Post("/x", std::string(4096, 'x'), "text/plain");
+  ASSERT_TRUE(big) << httplib::to_string(big.error());
+  EXPECT_EQ(big->status, 413);
+  (*server)->Stop();
+}
+
+TEST(HttpFrontTlsTest, TlsOptionsAreCheckedNamingTheOption) {
+  http::ServerOptions o;
+  o.tls_cert_file = Cert("server.pem");
+  auto one = http::Server::Create(o, [](const http::Request&, http::Response&) {});
+  EXPECT_EQ(one.status().message(), "tls_cert_file, tls_key_file: both or neither");
+  o.tls_key_file = Cert("client.key");
+  auto other = http::Server::Create(o, [](const http::Request&, http::Response&) {});
+  EXPECT_EQ(other.status().code(), Code::kInvalidArgument);
+  EXPECT_EQ(other.status().message(), "tls_key_file: " + Cert("client.key") +
+                                          ": the private key does not belong to the certificate " +
+                                          Cert("server.pem"));
 }
 
 }  // namespace
