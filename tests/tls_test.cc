@@ -18,6 +18,7 @@
 #include <gtest/gtest.h>
 #include <httplib.h>
 
+#include "examples/travel_booking/http_providers.h"
 #include "tests/test_util.h"
 #include "tools/http_tool.h"
 
@@ -25,6 +26,7 @@
 #include "http/server.h"
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <openssl/ssl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -698,6 +700,92 @@ TEST(HttpFrontTlsTest, EventStreamsAndLimitsWorkOverTls) {
   (*server)->Stop();
 }
 
+/// A raw TLS client (OpenSSL) on a TCP connection, for what httplib will not
+/// do: trickle a request byte by byte.
+class RawTlsClient {
+ public:
+  explicit RawTlsClient(int port) : fd_(Connect(port)) {
+    ctx_ = SSL_CTX_new(TLS_client_method());
+    SSL_CTX_load_verify_locations(ctx_, Cert("ca.pem").c_str(), nullptr);
+    SSL_CTX_set_verify(ctx_, SSL_VERIFY_PEER, nullptr);
+    ssl_ = SSL_new(ctx_);
+    SSL_set_fd(ssl_, fd_);
+    ok_ = fd_ >= 0 && SSL_connect(ssl_) == 1;
+  }
+  ~RawTlsClient() {
+    SSL_free(ssl_);
+    SSL_CTX_free(ctx_);
+    if (fd_ >= 0) ::close(fd_);
+  }
+  RawTlsClient(const RawTlsClient&) = delete;
+  RawTlsClient& operator=(const RawTlsClient&) = delete;
+  bool ok() const { return ok_; }
+  bool Write(const std::string& bytes) {
+    return SSL_write(ssl_, bytes.data(), static_cast<int>(bytes.size())) > 0;
+  }
+  /// Everything the server sends until it closes (or 10 s pass).
+  std::string ReadAll() {
+    timeval tv{10, 0};
+    ::setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    std::string in;
+    char buf[4096];
+    int n;
+    while ((n = SSL_read(ssl_, buf, sizeof buf)) > 0) in.append(buf, static_cast<size_t>(n));
+    return in;
+  }
+
+ private:
+  int fd_;
+  SSL_CTX* ctx_ = nullptr;
+  SSL* ssl_ = nullptr;
+  bool ok_ = false;
+};
+
+TEST(HttpFrontTlsTest, SlowlorisAndHeaderLimitsHoldOverTls) {
+  http::ServerOptions o;
+  o.tls_cert_file = Cert("server.pem");
+  o.tls_key_file = Cert("server.key");
+  o.request_timeout_ms = 1000;
+  o.max_header_bytes = 1024;
+  auto server = http::Server::Create(
+      o, [](const http::Request&, http::Response& res) { res.SetContent("ok\n", "text/plain"); });
+  ASSERT_TRUE(server.ok()) << server.status().message();
+  ASSERT_TRUE((*server)->Start().ok());
+  const int port = (*server)->port();
+  {  // One byte every 100 ms, after a quick handshake: cut at the deadline.
+    RawTlsClient slow(port);
+    ASSERT_TRUE(slow.ok());
+    const std::string request = "GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: aaaaaaaaaaaaaaaa\r\n";
+    auto t0 = std::chrono::steady_clock::now();
+    bool cut = false;
+    for (char c : request) {
+      if (!slow.Write(std::string(1, c))) {
+        cut = true;
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    if (!cut) slow.ReadAll();  // the close
+    const auto took = std::chrono::steady_clock::now() - t0;
+    EXPECT_LT(took, std::chrono::milliseconds(3000));
+    EXPECT_GE(took, std::chrono::milliseconds(800));
+  }
+  {  // A header over max_header_bytes: 431, over TLS.
+    RawTlsClient big(port);
+    ASSERT_TRUE(big.ok());
+    ASSERT_TRUE(
+        big.Write("GET / HTTP/1.1\r\nHost: x\r\nX-Big: " + std::string(4096, 'b') + "\r\n\r\n"));
+    std::string answer = big.ReadAll();
+    EXPECT_EQ(answer.rfind("HTTP/1.1 431", 0), 0u) << answer.substr(0, 200);
+  }
+  auto cli = HttpsClient(port);
+  auto health = cli->Get("/healthz");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 200);
+  EXPECT_GE((*server)->stats().rejected_requests, 2u);
+  (*server)->Stop();
+}
+
 TEST(HttpFrontTlsTest, TlsOptionsAreCheckedNamingTheOption) {
   http::ServerOptions o;
   o.tls_cert_file = Cert("server.pem");
@@ -709,6 +797,62 @@ TEST(HttpFrontTlsTest, TlsOptionsAreCheckedNamingTheOption) {
   EXPECT_EQ(other.status().message(), "tls_key_file: " + Cert("client.key") +
                                           ": the private key does not belong to the certificate " +
                                           Cert("server.pem"));
+}
+
+// ---- the example providers over HTTPS ---------------------------------------------------------
+
+TEST(TravelProvidersTlsTest, ServeHttpsToTheToolsFileWithTheCa) {
+  TempDir dir("idem_providers_tls");
+  travel::HttpProviderOptions o;
+  o.ledger_path = dir.File("ledger.sqlite");
+  o.tls_cert_file = Cert("server.pem");
+  o.tls_key_file = Cert("server.key");
+  auto providers = travel::HttpProviders::Create(o);
+  ASSERT_TRUE(providers.ok()) << providers.status().message();
+  Result<int> port = (*providers)->Start("127.0.0.1", 0);
+  ASSERT_TRUE(port.ok()) << port.status().message();
+
+  // examples/travel_booking/tools.http.json, pointed at https and the CA.
+  Json doc = Json::parse(Slurp(IDEM_SOURCE_DIR "/examples/travel_booking/tools.http.json"));
+  for (Json& t : doc["tools"]) {
+    std::string url = t["base_url"];
+    url.replace(0, std::string("http://127.0.0.1:8091").size(),
+                "https://127.0.0.1:" + std::to_string(*port));
+    t["base_url"] = url;
+    t["ca_file"] = Cert("ca.pem");
+  }
+  ToolRegistry registry;
+  ASSERT_TRUE(LoadHttpTools(doc.dump(), &registry).ok());
+  Tool* flights = registry.Find("flights.reserve");
+  ASSERT_NE(flights, nullptr);
+  ToolCall call;
+  call.tool = "flights.reserve";
+  call.key = "saga_tls/reserve_flight";
+  call.args = Json::parse(Slurp(IDEM_SOURCE_DIR "/examples/travel_booking/input.json"));
+  ToolOutcome o1 = flights->Invoke(call);
+  EXPECT_EQ(o1.kind, OutcomeKind::kSucceeded) << o1.error;
+  ToolOutcome o2 = flights->Invoke(call);  // the key layer replays it
+  EXPECT_EQ(o2.kind, OutcomeKind::kSucceeded) << o2.error;
+  EXPECT_TRUE(o2.replayed);
+  EXPECT_EQ(flights->Lookup(call.key).kind, LookupKind::kApplied);
+  (*providers)->Stop();
+
+  // Both files or neither; the key owner-only.
+  travel::HttpProviderOptions half = o;
+  half.tls_key_file.clear();
+  EXPECT_EQ(travel::HttpProviders::Create(half).status().code(), Code::kInvalidArgument);
+  const std::string loose = dir.File("loose.key");
+  {
+    std::ifstream in(Cert("server.key"), std::ios::binary);
+    std::ofstream out(loose, std::ios::binary);
+    out << in.rdbuf();
+  }
+  ::chmod(loose.c_str(), 0640);
+  travel::HttpProviderOptions readable = o;
+  readable.tls_key_file = loose;
+  auto refused = travel::HttpProviders::Create(readable);
+  EXPECT_EQ(refused.status().code(), Code::kFailedPrecondition);
+  EXPECT_TRUE(Has(refused.status().message(), "--tls-key: " + loose)) << refused.status().message();
 }
 
 }  // namespace
