@@ -18,6 +18,7 @@
 #include "cli/metrics_endpoint.h"
 #include "cli/open.h"
 #include "cli/prune.h"
+#include "cli/serve_tls.h"
 #include "preview_commit/token.h"
 #include "preview_commit/two_phase.h"
 #include "saga/engine.h"
@@ -662,6 +663,8 @@ int CmdServe(const Options& o, const ToolRegistry& tools, storage::Store* store,
   server::ServerOptions so = o.limits;
   Status listen = ParseListen(o.listen, "--listen", &so.host, &so.port);
   if (!listen.ok()) return Fail(listen);
+  Status tls = CheckServeTls(so.tls_cert_file, so.tls_key_file);
+  if (!tls.ok()) return FailWith(tls, kExitUsage);
   if (!o.auth_path.empty()) {
     auto principals = server::LoadPrincipals(o.auth_path);
     if (!principals.ok()) return Fail(principals.status());
@@ -704,9 +707,10 @@ int CmdServe(const Options& o, const ToolRegistry& tools, storage::Store* store,
                       {"store", so.use_leases ? "postgresql" : "sqlite"},
                       {"workers", so.workers},
                       {"callers", so.principals.size()}});
-  std::printf("idem server listening on %s:%d (%s, %d workers%s)\n", so.host.c_str(),
-              (*srv)->port(), so.use_leases ? "PostgreSQL, leases" : "SQLite, one driver",
-              so.workers, so.principals.empty() ? ", NO AUTH" : "");
+  std::printf("idem server listening on %s:%d (%s%s, %d workers%s)\n", so.host.c_str(),
+              (*srv)->port(), so.tls_cert_file.empty() ? "" : "HTTPS, ",
+              so.use_leases ? "PostgreSQL, leases" : "SQLite, one driver", so.workers,
+              so.principals.empty() ? ", NO AUTH" : "");
   std::fflush(stdout);
   while (!g_stop.load()) ::usleep(100'000);
   std::printf("idem server: stopping (running steps finish)\n");
@@ -904,6 +908,10 @@ int RunCli(int argc, char** argv, const FrontendConfig& config) {
       ->check(CLI::PositiveNumber);
   serve->add_option("--http-threads", lim.http_threads, "threads running handlers (8)")
       ->check(CLI::Range(1, 256));
+  serve->add_option("--tls-cert", lim.tls_cert_file,
+                    "serve HTTPS: a PEM certificate chain (with --tls-key; docs/server.md)");
+  serve->add_option("--tls-key", lim.tls_key_file,
+                    "serve HTTPS: its PEM private key, owner-only (with --tls-cert)");
   serve->add_option("--state", o.state_path,
                     "deprecated, ignored: Idempotency-Key records and the spec registry live "
                     "in the journal's store");

@@ -2,10 +2,12 @@
 
 #include <exception>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/ssl/stream.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/beast/core/stream_traits.hpp>
 #include <boost/beast/http/error.hpp>
@@ -21,6 +23,11 @@ namespace beast = boost::beast;
 namespace bhttp = boost::beast::http;
 
 namespace {
+
+template <class Socket>
+struct IsTls : std::false_type {};
+template <class Next>
+struct IsTls<asio::ssl::stream<Next>> : std::true_type {};
 
 constexpr int64_t kDrainMs = 1000;
 constexpr size_t kDrainBytes = 1 << 20;
@@ -100,8 +107,26 @@ void Connection<Socket>::Start() {
   asio::post(socket_.get_executor(), [self = this->shared_from_this()] {
     if (self->stopping_ || self->core_->stopping) return self->Close();
     self->ArmTimer(self->core_->options.request_timeout_ms);
-    self->ReadRequest();
+    self->Handshake();
   });
+}
+
+template <class Socket>
+void Connection<Socket>::Handshake() {
+  if constexpr (IsTls<Socket>::value) {
+    phase_ = Phase::kReading;  // the timer armed in Start bounds the handshake too
+    socket_.async_handshake(asio::ssl::stream_base::server,
+                            [self = this->shared_from_this()](error_code ec) {
+                              if (self->phase_ != Phase::kReading) return;
+                              if (ec) {  // not TLS, a refused certificate, a reset
+                                self->core_->rejected_requests++;
+                                return self->Close();
+                              }
+                              self->ReadRequest();
+                            });
+  } else {
+    ReadRequest();
+  }
 }
 
 template <class Socket>
@@ -399,5 +424,6 @@ void Connection<Socket>::Close() {
 }
 
 template class Connection<boost::asio::ip::tcp::socket>;
+template class Connection<boost::asio::ssl::stream<boost::asio::ip::tcp::socket>>;
 
 }  // namespace idem::http

@@ -1,9 +1,12 @@
 #pragma once
 // Connection (internal): one accepted HTTP/1.1 connection, from its first
-// byte to its close, generic over the transport (a tcp::socket today; an
-// ssl::stream would add a handshake before Start's first read).
+// byte to its close, generic over the transport: a tcp::socket, or an
+// ssl::stream over one, whose TLS handshake comes before the first read.
 //
 // Phases and the bound on each:
+//   handshake TLS only: within the first request's request_timeout_ms (the
+//             deadline starts at accept), so a client that stalls in the
+//             handshake is cut like one that stalls in its request
 //   idle      waiting for a kept-alive connection's next request: keep_alive_idle_ms
 //   reading   one request, header and body: request_timeout_ms (from accept
 //             for the first request, from the first byte for later ones)
@@ -54,6 +57,8 @@ class Connection final : public ConnectionBase,
 
   void ArmTimer(int64_t ms);
   void DisarmTimer();
+  /// TLS: the server handshake, then ReadRequest; plain: ReadRequest.
+  void Handshake();
   void WaitForNextRequest();
   void ReadRequest();
   void OnHeaderRead(error_code ec);

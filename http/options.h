@@ -17,6 +17,13 @@ struct ServerOptions {
   std::string host = "127.0.0.1";  ///< an IP address or a resolvable name
   int port = 0;                    ///< 0: an ephemeral port (Server::port)
 
+  /// TLS (both or neither; neither: plain HTTP). A PEM certificate chain,
+  /// the server's first, and its unencrypted PEM private key, which group
+  /// and others may not read. TLS 1.2 is the oldest version accepted. The
+  /// handshake counts against the first request's request_timeout_ms.
+  std::string tls_cert_file;
+  std::string tls_key_file;
+
   int io_threads = 1;      ///< threads running the sockets (1-2 are plenty)
   int worker_threads = 4;  ///< threads running handlers (they may block)
 

@@ -11,17 +11,46 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/ssl/context.hpp>
+#include <boost/asio/ssl/stream.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
 
+#include "common/tls_files.h"
 #include "http/connection.h"
 #include "http/response_writer.h"
 #include "http/server_core.h"
+#include <openssl/ssl.h>
 
 namespace idem::http {
 
 namespace asio = boost::asio;
 using tcp = asio::ip::tcp;
+using TlsSocket = asio::ssl::stream<tcp::socket>;
+
+namespace {
+
+// The TLS context of `o` (TLS 1.2 or later), after the checks of
+// common/tls_files.h. Errors name the option.
+Result<std::unique_ptr<asio::ssl::context>> TlsContext(const ServerOptions& o) {
+  IDEM_RETURN_IF_ERROR(
+      CheckCertificateAndKey(o.tls_cert_file, "tls_cert_file", o.tls_key_file, "tls_key_file"));
+  auto ctx = std::make_unique<asio::ssl::context>(asio::ssl::context::tls_server);
+  ctx->set_options(asio::ssl::context::default_workarounds | asio::ssl::context::no_sslv2 |
+                   asio::ssl::context::no_sslv3 | asio::ssl::context::no_tlsv1 |
+                   asio::ssl::context::no_tlsv1_1 | asio::ssl::context::single_dh_use);
+  SSL_CTX_set_min_proto_version(ctx->native_handle(), TLS1_2_VERSION);
+  boost::system::error_code ec;
+  ctx->use_certificate_chain_file(o.tls_cert_file, ec);
+  if (ec) {
+    return Status::InvalidArgument("tls_cert_file: " + o.tls_cert_file + ": " + ec.message());
+  }
+  ctx->use_private_key_file(o.tls_key_file, asio::ssl::context::pem, ec);
+  if (ec) return Status::InvalidArgument("tls_key_file: " + o.tls_key_file + ": " + ec.message());
+  return ctx;
+}
+
+}  // namespace
 
 // ---- ServerCore
 
@@ -84,8 +113,9 @@ void ServerCore::Responded(int status) const {
 // ---- Server
 
 struct Server::Impl {
-  Impl(ServerOptions o, Handler h, ServerHooks k)
-      : core(std::move(o), std::move(h), std::move(k)),
+  Impl(ServerOptions o, Handler h, ServerHooks k, std::unique_ptr<asio::ssl::context> t)
+      : tls(std::move(t)),
+        core(std::move(o), std::move(h), std::move(k)),
         io(core.options.io_threads),
         acceptor(asio::make_strand(io)),
         retry_timer(acceptor.get_executor()) {}
@@ -119,8 +149,10 @@ struct Server::Impl {
       core.refused++;
       core.Responded(503);
       socket.non_blocking(true, ec);
-      std::string_view text = OverloadedResponse();
-      socket.write_some(asio::buffer(text.data(), text.size()), ec);
+      if (tls == nullptr) {  // (a TLS client could not read a plain answer)
+        std::string_view text = OverloadedResponse();
+        socket.write_some(asio::buffer(text.data(), text.size()), ec);
+      }
       socket.shutdown(tcp::socket::shutdown_send, ec);
       // Drop what has already arrived (without waiting): closing over unread
       // input would reset the connection and could take the 503 with it.
@@ -131,11 +163,18 @@ struct Server::Impl {
     }
     socket.set_option(tcp::no_delay(true), ec);
     core.accepted++;
+    if (tls != nullptr) {
+      std::make_shared<Connection<TlsSocket>>(TlsSocket(std::move(socket), *tls), &core,
+                                              std::move(*ticket), std::move(peer))
+          ->Start();
+      return;
+    }
     std::make_shared<Connection<tcp::socket>>(std::move(socket), &core, std::move(*ticket),
                                               std::move(peer))
         ->Start();
   }
 
+  std::unique_ptr<asio::ssl::context> tls;  // null: plain HTTP; outlives every connection
   ServerCore core;
   asio::io_context io;
   tcp::acceptor acceptor;
@@ -165,8 +204,17 @@ Result<std::unique_ptr<Server>> Server::Create(ServerOptions o, Handler handler,
     return bad("max_connections: at least 1");
   }
   if (o.max_stream_queue_bytes < 1024) return bad("max_stream_queue_bytes: at least 1024");
-  return std::unique_ptr<Server>(
-      new Server(std::make_unique<Impl>(std::move(o), std::move(handler), std::move(hooks))));
+  std::unique_ptr<asio::ssl::context> tls;
+  if (o.tls_cert_file.empty() != o.tls_key_file.empty()) {
+    return bad("tls_cert_file, tls_key_file: both or neither");
+  }
+  if (!o.tls_cert_file.empty()) {
+    Result<std::unique_ptr<asio::ssl::context>> ctx = TlsContext(o);
+    if (!ctx.ok()) return ctx.status();
+    tls = std::move(ctx).value();
+  }
+  return std::unique_ptr<Server>(new Server(
+      std::make_unique<Impl>(std::move(o), std::move(handler), std::move(hooks), std::move(tls))));
 }
 
 Server::Server(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}

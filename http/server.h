@@ -14,6 +14,11 @@
 //   request not complete within request_timeout_ms  closed
 //   over max_connections(_per_client) at accept     503 if it can be sent, closed
 //
+// With ServerOptions::tls_cert_file/tls_key_file every connection is TLS
+// (1.2 or later): the handshake runs within the first request's deadline; a
+// client that does not speak TLS fails it and is closed; over the admission
+// limits a TLS connection is closed without the plain-text 503.
+//
 // Range is never interpreted (no 206). Responses go out with Content-Length;
 // a response the client does not read within write_timeout_ms closes the
 // connection. Event streams: see Response::on_stream and http/stream.h.
@@ -68,8 +73,10 @@ struct ServerStats {
 
 class Server {
  public:
-  /// Checks the options (positive limits and thread counts).
-  /// kInvalidArgument naming the bad option.
+  /// Checks the options (positive limits and thread counts) and, for TLS,
+  /// loads the certificate and key (common/tls_files.h's checks).
+  /// kInvalidArgument naming the bad option; for a TLS file also kNotFound
+  /// (unreadable) and kFailedPrecondition (a key others may read).
   static Result<std::unique_ptr<Server>> Create(ServerOptions options, Handler handler,
                                                 ServerHooks hooks = {});
   ~Server();  ///< Stop()

@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
-# The travel saga through `idem serve`, with curl: the four providers run as
-# a real HTTP server on loopback (travel-providers), idem calls them as HTTP
-# tools (examples/travel_booking/tools.http.json) with Idempotency-Key
-# headers, an agent submits the trip over the REST API (and retries it), a
-# person approves the payment over HTTP, and the providers' ledger shows one
-# effect per step.
+# The travel saga through `idem serve`, with curl, all over HTTPS: a
+# throwaway CA and server certificate are made with openssl in the demo's
+# temporary folder; the four providers run as a real HTTPS server on
+# loopback (travel-providers --tls-cert/--tls-key), idem calls them as HTTP
+# tools (examples/travel_booking/tools.http.json, with https:// and the CA as
+# "ca_file") with Idempotency-Key headers, an agent submits the trip over the
+# REST API of `idem serve --tls-cert/--tls-key` (and retries it), a person
+# approves the payment over HTTPS, and the providers' ledger shows one effect
+# per step.
 # Usage: scripts/demo-server.sh [BUILD_DIR]
 set -euo pipefail
 BUILD=${1:-build}
@@ -26,23 +29,51 @@ bold() { printf '\n\033[1m%s\033[0m\n' "$*"; }
 say() { printf '\n$ %s\n' "$*"; }
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 wait_http() {
-  for _ in $(seq 1 100); do curl -fsS "$1" >/dev/null 2>&1 && return 0; sleep 0.1; done
+  for _ in $(seq 1 100); do curl -fsS --cacert "$CA" "$1" >/dev/null 2>&1 && return 0; sleep 0.1; done
   echo "no answer from $1" >&2
   return 1
 }
 
 PPORT=$(free_port)
 SPORT=$(free_port)
-sed "s#http://127.0.0.1:8091#http://127.0.0.1:$PPORT#" \
-  "$ROOT/examples/travel_booking/tools.http.json" >"$WORK/tools.json"
 
-bold "== The providers, over HTTP on 127.0.0.1:$PPORT =="
-"$PROVIDERS" --listen "127.0.0.1:$PPORT" --ledger "$WORK/ledger.sqlite" >"$WORK/providers.log" 2>&1 &
+bold "== A throwaway CA and a certificate for 127.0.0.1 and localhost (openssl) =="
+TLS="$WORK/tls"
+CA="$TLS/ca.pem"
+mkdir -p "$TLS"
+(
+  cd "$TLS"
+  umask 077
+  openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 1 \
+    -subj "/CN=idem demo CA" -keyout ca.key -out ca.pem \
+    -addext basicConstraints=critical,CA:TRUE -addext keyUsage=critical,keyCertSign 2>/dev/null
+  openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj "/CN=localhost" \
+    -keyout server.key -out server.csr 2>/dev/null
+  printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=serverAuth\n' >server.ext
+  openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 1 \
+    -extfile server.ext -out server.pem 2>/dev/null
+  chmod 644 ca.pem server.pem
+)
+echo "CA $CA; server.pem for localhost and 127.0.0.1 (key 0600)"
+TLS_FLAGS=(--tls-cert "$TLS/server.pem" --tls-key "$TLS/server.key")
+# The tools file, pointed at the HTTPS providers, trusting the demo CA.
+python3 - "$ROOT/examples/travel_booking/tools.http.json" "$WORK/tools.json" "$PPORT" "$CA" <<'PY'
+import json, sys
+doc = json.load(open(sys.argv[1]))
+for t in doc["tools"]:
+    t["base_url"] = t["base_url"].replace("http://127.0.0.1:8091", "https://127.0.0.1:" + sys.argv[3])
+    t["ca_file"] = sys.argv[4]
+json.dump(doc, open(sys.argv[2], "w"), indent=2)
+PY
+
+bold "== The providers, over HTTPS on 127.0.0.1:$PPORT =="
+"$PROVIDERS" --listen "127.0.0.1:$PPORT" --ledger "$WORK/ledger.sqlite" "${TLS_FLAGS[@]}" \
+  >"$WORK/providers.log" 2>&1 &
 PIDS+=($!)
-wait_http "http://127.0.0.1:$PPORT/healthz"
+wait_http "https://127.0.0.1:$PPORT/healthz"
 echo "travel-providers is up (flights and payments honour Idempotency-Key; hotels offer a status lookup; cars neither)"
 
-bold "== idem serve on 127.0.0.1:$SPORT =="
+bold "== idem serve on https://127.0.0.1:$SPORT =="
 AGENT_TOKEN=$(openssl rand -hex 32)
 APPROVER_TOKEN=$(openssl rand -hex 32)
 sha() { printf %s "$1" | sha256sum | cut -d' ' -f1; }
@@ -52,14 +83,14 @@ cat >"$WORK/auth.json" <<JSON
 JSON
 chmod 600 "$WORK/auth.json"
 "$IDEM" --store "$WORK/journal.db" serve --listen "127.0.0.1:$SPORT" --auth "$WORK/auth.json" \
-  --tools "$WORK/tools.json" --workers 4 >"$WORK/server.log" 2>&1 &
+  --tools "$WORK/tools.json" --workers 4 "${TLS_FLAGS[@]}" >"$WORK/server.log" 2>&1 &
 PIDS+=($!)
-wait_http "http://127.0.0.1:$SPORT/healthz"
+wait_http "https://127.0.0.1:$SPORT/healthz"
 echo "tokens stored hashed in auth.json; agent-1 may submit, maria may approve"
 
-API="http://127.0.0.1:$SPORT/v1"
-AGENT=(-H "Authorization: Bearer $AGENT_TOKEN" -H "Content-Type: application/json")
-APPROVER=(-H "Authorization: Bearer $APPROVER_TOKEN" -H "Content-Type: application/json")
+API="https://127.0.0.1:$SPORT/v1"
+AGENT=(--cacert "$CA" -H "Authorization: Bearer $AGENT_TOKEN" -H "Content-Type: application/json")
+APPROVER=(--cacert "$CA" -H "Authorization: Bearer $APPROVER_TOKEN" -H "Content-Type: application/json")
 BODY=$(python3 -c 'import json,sys; print(json.dumps({"spec": json.load(open(sys.argv[1])), "input": json.load(open(sys.argv[2]))}))' \
   "$ROOT/examples/travel_booking/trip.json" "$ROOT/examples/travel_booking/input.json")
 
@@ -108,5 +139,5 @@ for s in d["steps"]:
     print("  %-16s %-12s %s" % (s["id"], s["state"], s.get("external_ref", "")))'
 say "travel-ledger ledger.sqlite --check"
 "$LEDGER" "$WORK/ledger.sqlite" --check
-say "curl http://127.0.0.1:$SPORT/metrics | grep idem_sagas"
-curl -sS "http://127.0.0.1:$SPORT/metrics" | grep -E "^idem_sagas" | head -12 || true
+say "curl --cacert ca.pem https://127.0.0.1:$SPORT/metrics | grep idem_sagas"
+curl -sS --cacert "$CA" "https://127.0.0.1:$SPORT/metrics" | grep -E "^idem_sagas" | head -12 || true

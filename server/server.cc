@@ -153,6 +153,8 @@ Result<std::unique_ptr<Server>> Server::Create(storage::Store* store, const Tool
   lo.max_connections_per_client = o.max_connections_per_client;
   lo.max_streams = o.max_streams;
   lo.max_streams_per_client = o.max_streams_per_client;
+  lo.tls_cert_file = o.tls_cert_file;
+  lo.tls_key_file = o.tls_key_file;
   HttpListenerHooks hooks;
   hooks.library_error = [](HttpResponse& res) { ProblemForHttpError(res); };
   hooks.exception = [](const std::string& what, HttpResponse& res) {

@@ -120,6 +120,10 @@ struct ServerOptions {
   size_t max_streams = 512;                ///< event streams open at once
   size_t max_streams_per_client = 32;      ///< per client IP address
   int http_threads = 8;                    ///< threads running handlers
+  /// HTTPS (both or neither): a PEM certificate chain and its private key
+  /// (owner-only); see http/options.h.
+  std::string tls_cert_file;
+  std::string tls_key_file;
   /// Mints and checks commit tokens; not owned; required for approvals.
   const preview_commit::TokenSigner* signer = nullptr;
   Clock* clock = nullptr;  ///< nullptr: SystemClock::Get()

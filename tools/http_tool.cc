@@ -10,10 +10,16 @@
 #include <string_view>
 #include <utility>
 
+#ifndef CPPHTTPLIB_OPENSSL_SUPPORT
+#define CPPHTTPLIB_OPENSSL_SUPPORT  // (Debian's pkg-config file sets it too)
+#endif
 #include <httplib.h>
 
 #include "common/duration.h"
 #include "tools/open_policy.h"
+#include "tools/http_tls.h"
+
+#include <openssl/err.h>
 
 namespace idem {
 namespace {
@@ -144,15 +150,13 @@ Status OptionalMs(const Json& obj, const std::string& field, const std::string& 
   return Status::Ok();
 }
 
-// http://host[:port][/prefix]
+// http(s)://host[:port][/prefix]
 Status ParseBaseUrl(const std::string& url, const std::string& place, HttpToolConfig* c) {
-  const std::string scheme = "http://";
   std::string lower = Lower(url);
-  if (lower.rfind("https://", 0) == 0) {
-    return Bad(place, Quote(url) + ": https is not supported; use http://");
-  }
+  c->tls = lower.rfind("https://", 0) == 0;
+  const std::string scheme = c->tls ? "https://" : "http://";
   if (lower.rfind(scheme, 0) != 0) {
-    return Bad(place, Quote(url) + ": expected http://host[:port][/prefix]");
+    return Bad(place, Quote(url) + ": expected http(s)://host[:port][/prefix]");
   }
   std::string rest = url.substr(scheme.size());
   size_t slash = rest.find('/');
@@ -188,7 +192,7 @@ Status ParseBaseUrl(const std::string& url, const std::string& place, HttpToolCo
       return Bad(place, Quote(url) + ": invalid host " + Quote(host));
     }
   }
-  int port_number = 80;
+  int port_number = c->tls ? 443 : 80;
   if (!port.empty() || authority.find(':') != std::string::npos) {
     bool digits = !port.empty() && port.size() <= 5 &&
                   std::all_of(port.begin(), port.end(),
@@ -256,11 +260,12 @@ Status ParseEndpoint(const Json& obj, const std::string& place,
   return Status::Ok();
 }
 
-Result<HttpToolConfig> ParseTool(const Json& t, const std::string& place) {
+Result<HttpToolConfig> ParseTool(const Json& t, const std::string& place,
+                                 const std::string& base_dir) {
   if (!t.is_object()) return Bad(place, "expected an object");
   std::set<std::string> fields = {"name",    "effect",     "description",       "base_url",
                                   "commit",  "status",     "preview",           "honours_keys",
-                                  "headers", "timeout_ms", "connect_timeout_ms", "key_retention"};
+                                  "headers", "timeout_ms", "connect_timeout_ms", "key_retention", "ca_file", "client_cert", "client_key"};
   for (const char* const* f = OpenPolicyFields(); *f != nullptr; ++f) fields.insert(*f);
   IDEM_RETURN_IF_ERROR(OnlyFields(t, place, fields));
   HttpToolConfig c;
@@ -330,6 +335,7 @@ Result<HttpToolConfig> ParseTool(const Json& t, const std::string& place) {
   IDEM_RETURN_IF_ERROR(OptionalMs(t, "timeout_ms", place, kMaxTimeoutMs, &c.timeout_ms));
   IDEM_RETURN_IF_ERROR(
       OptionalMs(t, "connect_timeout_ms", place, kMaxConnectTimeoutMs, &c.connect_timeout_ms));
+  IDEM_RETURN_IF_ERROR(http_tls::ParseFields(t, place, base_dir, &c));
   return c;
 }
 
@@ -343,6 +349,7 @@ struct Exchange {
   httplib::Headers headers;
   std::string body;
   bool too_large = false;
+  http_tls::Failure tls;  // a TLS failure, when tls.tls
 };
 
 // True when the failure happened before any byte of the request was sent:
@@ -354,8 +361,9 @@ bool NeverSent(httplib::Error e) {
          e == httplib::Error::BindIPAddress;
 }
 
-std::string DescribeError(httplib::Error e) {
-  switch (e) {
+std::string DescribeError(const Exchange& x) {
+  if (x.tls.tls) return x.tls.reason;
+  switch (x.error) {
     case httplib::Error::Connection:
       return "could not connect";
     case httplib::Error::ConnectionTimeout:
@@ -369,7 +377,7 @@ std::string DescribeError(httplib::Error e) {
     case httplib::Error::Canceled:
       return "the response was abandoned";
     default:
-      return "request failed (" + httplib::to_string(e) + ")";
+      return "request failed (" + httplib::to_string(x.error) + ")";
   }
 }
 
@@ -410,10 +418,13 @@ std::string RefOf(const Json& v) {
 
 ToolOutcome ClassifyCommit(const std::string& what, const Exchange& x) {
   if (!x.answered) {
-    std::string msg = what + ": " + DescribeError(x.error);
+    std::string msg = what + ": " + DescribeError(x);
     if (x.too_large) {
       msg = what + ": the response is larger than " + std::to_string(kMaxResponseBytes) +
             " bytes and was abandoned";
+    }
+    if (x.tls.tls && x.tls.not_sent) {
+      return ToolOutcome::Failed(msg + "; the request was not sent", !x.tls.refused);
     }
     if (NeverSent(x.error)) return ToolOutcome::Failed(msg + "; the request was not sent", true);
     return ToolOutcome::Unknown(msg + "; the request may have taken effect");
@@ -487,7 +498,7 @@ class HttpTool : public Tool {
     try {
       Exchange x = Send(config_.status, ExpandKey(config_.status.path, key), {}, "");
       if (!x.answered) {
-        o.error = what + ": " + DescribeError(x.error);
+        o.error = what + ": " + DescribeError(x);
         return o;
       }
       Result<Json> doc = x.body.empty() ? Result<Json>(Status::InvalidArgument("empty body"))
@@ -540,7 +551,7 @@ class HttpTool : public Tool {
       Exchange x =
           Send(config_.preview, ExpandKey(config_.preview.path, call.key), {}, Body(call.args));
       if (!x.answered) {
-        o.error = what + ": " + DescribeError(x.error);
+        o.error = what + ": " + DescribeError(x);
         o.retryable = true;  // a preview has no effect: asking again is safe
         return o;
       }
@@ -587,7 +598,8 @@ class HttpTool : public Tool {
 
   Exchange Send(const HttpEndpoint& endpoint, const std::string& path, httplib::Headers headers,
                 const std::string& body) const {
-    httplib::Client cli(config_.host, config_.port);
+    http_tls::Client client(config_);
+    httplib::ClientImpl& cli = client.get();
     cli.set_connection_timeout(config_.connect_timeout_ms / 1000,
                                (config_.connect_timeout_ms % 1000) * 1000);
     cli.set_read_timeout(config_.timeout_ms / 1000, (config_.timeout_ms % 1000) * 1000);
@@ -607,6 +619,12 @@ class HttpTool : public Tool {
       req.body = body;
     }
     Exchange x;
+    if (!cli.is_valid()) {  // the client certificate or key no longer loads
+      x.error = httplib::Error::SSLLoadingCerts;
+      x.tls = {true, true, true,
+               "cannot load the client certificate " + config_.client_cert + " and its key"};
+      return x;
+    }
     req.content_receiver = [&x](const char* data, size_t n, uint64_t /*offset*/,
                                 uint64_t /*total*/) {
       if (x.body.size() + n > kMaxResponseBytes) {
@@ -616,8 +634,10 @@ class HttpTool : public Tool {
       x.body.append(data, n);
       return true;
     };
+    ERR_clear_error();  // http_tls::Classify reads what this exchange queues
     httplib::Result res = cli.send(req);
     x.error = res.error();
+    if (!res) x.tls = client.Classify(x.error);
     if (res) {
       x.answered = !x.too_large;
       x.status = res->status;
@@ -642,7 +662,7 @@ Result<std::string> ReadFile(const std::string& path) {
 
 }  // namespace
 
-Result<std::vector<HttpToolConfig>> ParseHttpTools(const Json& doc) {
+Result<std::vector<HttpToolConfig>> ParseHttpTools(const Json& doc, const std::string& base_dir) {
   try {
     if (!doc.is_object()) return Bad("document", "expected a JSON object {\"tools\": [...]}");
     IDEM_RETURN_IF_ERROR(OnlyFields(doc, "", {"tools"}));
@@ -653,7 +673,7 @@ Result<std::vector<HttpToolConfig>> ParseHttpTools(const Json& doc) {
     std::map<std::string, size_t> seen;
     for (size_t i = 0; i < tools->size(); ++i) {
       const std::string place = "tools[" + std::to_string(i) + "]";
-      Result<HttpToolConfig> c = ParseTool((*tools)[i], place);
+      Result<HttpToolConfig> c = ParseTool((*tools)[i], place, base_dir);
       if (!c.ok()) return c.status();
       auto [it, fresh] = seen.emplace(c->info.name, i);
       if (!fresh) {
@@ -708,7 +728,12 @@ Status LoadHttpTools(const std::string& path_or_json, ToolRegistry* registry) {
   }
   Result<Json> doc = ParseJson(text, inline_doc ? "tools" : path_or_json, kMaxDepth);
   if (!doc.ok()) return doc.status();
-  Result<std::vector<HttpToolConfig>> configs = ParseHttpTools(*doc);
+  std::string base_dir;  // TLS file paths are relative to the tools file
+  if (!inline_doc) {
+    size_t slash = path_or_json.rfind('/');
+    base_dir = slash == std::string::npos ? "" : path_or_json.substr(0, slash == 0 ? 1 : slash);
+  }
+  Result<std::vector<HttpToolConfig>> configs = ParseHttpTools(*doc, base_dir);
   if (!configs.ok()) {
     return {configs.status().code(), prefix + configs.status().message()};
   }

@@ -9,13 +9,14 @@
 //               "honours_keys": true, "timeout_ms": 2000, "connect_timeout_ms": 500}]}
 //
 // Fields: "name", "effect" (read|idempotent|write|irreversible), "base_url"
-// (http://host[:port][/prefix]; https is not supported) and "commit" are
-// required; "status", "preview", "honours_keys" (false), "description",
+// (http://host[:port][/prefix] or https://host[:port][/prefix]) and "commit"
+// are required; "status", "preview", "honours_keys" (false), "description",
 // "headers" (extra request headers, e.g. an Authorization for the provider),
-// "timeout_ms" (10000), "connect_timeout_ms" (1000) and "key_retention" (how
+// "timeout_ms" (10000), "connect_timeout_ms" (1000), "key_retention" (how
 // long the provider keeps idempotency keys, "24h" or seconds; the spec
-// checker refuses steps whose waits outlive it, saga/step_key.h) are
-// optional. Unknown
+// checker refuses steps whose waits outlive it, saga/step_key.h) and, for
+// https, "ca_file", "client_cert" and "client_key" (tools/http_tls.h:
+// certificates are always verified, chain and host name) are optional. Unknown
 // fields are errors, so a typo never silently drops a setting. A path starts
 // with "/" and may contain "{key}", replaced by the percent-encoded
 // idempotency key. Methods: commit POST, PUT, PATCH or DELETE (default POST);
@@ -46,6 +47,9 @@
 //                                                have applied it first)
 //   no connection (refused, connect timeout,     failed, retryable: the
 //     unresolvable host): nothing was sent       request never left
+//   TLS: the certificate fails verification or   failed, not retryable: the
+//     the server refuses the handshake           request was not read
+//   TLS: the handshake is cut with no alert      failed, retryable
 //   write error, read timeout, connection        unknown
 //     closed or reset after the request left,
 //     a response body over 8 MiB (abandoned)
@@ -93,9 +97,13 @@ struct HttpToolConfig {
   /// name, effect, honours_keys, description; has_status and has_preview
   /// follow whether `status` and `preview` are set.
   ToolInfo info;
-  std::string host;       ///< "127.0.0.1", "localhost", "::1"
-  int port = 80;          ///< 1..65535
-  std::string base_path;  ///< "" or a prefix like "/api" (no trailing "/")
+  std::string host;         ///< "127.0.0.1", "localhost", "::1"
+  int port = 80;            ///< 1..65535 (https: 443 unless given)
+  bool tls = false;         ///< an https base_url
+  std::string ca_file;      ///< https: PEM CAs to trust; "": the system store
+  std::string client_cert;  ///< https: mutual TLS certificate (PEM), or ""
+  std::string client_key;   ///< https: its private key (PEM, 0600), or ""
+  std::string base_path;    ///< "" or a prefix like "/api" (no trailing "/")
   HttpEndpoint commit;
   HttpEndpoint status;                         ///< path empty: no status lookup
   HttpEndpoint preview;                        ///< path empty: no preview
@@ -105,8 +113,11 @@ struct HttpToolConfig {
 };
 
 /// Parses a tools document ({"tools": [...]}). Errors are kInvalidArgument
-/// naming the place: `tools[1].commit.path: must start with "/"`.
-Result<std::vector<HttpToolConfig>> ParseHttpTools(const Json& doc);
+/// naming the place: `tools[1].commit.path: must start with "/"` (kNotFound
+/// or kFailedPrecondition for a TLS file, see tools/http_tls.h). Relative
+/// TLS file paths are taken from `base_dir` ("": the working directory).
+Result<std::vector<HttpToolConfig>> ParseHttpTools(const Json& doc,
+                                                   const std::string& base_dir = "");
 
 /// A tool that calls the endpoints of `config` (see the file comment).
 /// kInvalidArgument when the config would not pass ParseHttpTools.

@@ -12,8 +12,10 @@
 #include <utility>
 
 #include "common/json_util.h"
+#include "common/tls_files.h"
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <openssl/ssl.h>
 #include <sys/socket.h>
 
 namespace idem::travel {
@@ -237,6 +239,13 @@ Result<std::unique_ptr<HttpProviders>> HttpProviders::Create(HttpProviderOptions
         "socket_timeout_ms >= 1");
   }
   if (options.keys_path.empty()) options.keys_path = options.ledger_path + ".keys.sqlite";
+  if (options.tls_cert_file.empty() != options.tls_key_file.empty()) {
+    return Status::InvalidArgument("http providers: --tls-cert and --tls-key go together");
+  }
+  if (!options.tls_cert_file.empty()) {
+    IDEM_RETURN_IF_ERROR(CheckCertificateAndKey(options.tls_cert_file, "--tls-cert",
+                                                options.tls_key_file, "--tls-key"));
+  }
   std::unique_ptr<HttpProviders> providers(new HttpProviders(std::move(options)));
   IDEM_RETURN_IF_ERROR(providers->Init());
   return providers;
@@ -291,11 +300,23 @@ Status HttpProviders::Init() {
   if (!layer.ok()) return layer.status();
   layer_ = std::move(layer).value();
 
-  server_.set_read_timeout(options_.socket_timeout_ms / 1000,
-                           (options_.socket_timeout_ms % 1000) * 1000);
-  server_.set_write_timeout(options_.socket_timeout_ms / 1000,
+  if (options_.tls_cert_file.empty()) {
+    server_ = std::make_unique<httplib::Server>();
+  } else {
+    auto tls = std::make_unique<httplib::SSLServer>(options_.tls_cert_file.c_str(),
+                                                    options_.tls_key_file.c_str());
+    if (!tls->is_valid()) {
+      return Status::InvalidArgument("--tls-cert " + options_.tls_cert_file +
+                                     ": OpenSSL could not load it with its key");
+    }
+    SSL_CTX_set_min_proto_version(tls->ssl_context(), TLS1_2_VERSION);
+    server_ = std::move(tls);
+  }
+  server_->set_read_timeout(options_.socket_timeout_ms / 1000,
                             (options_.socket_timeout_ms % 1000) * 1000);
-  server_.set_payload_max_length(kMaxBodyBytes);
+  server_->set_write_timeout(options_.socket_timeout_ms / 1000,
+                             (options_.socket_timeout_ms % 1000) * 1000);
+  server_->set_payload_max_length(kMaxBodyBytes);
 
   for (const std::string& tool : names) {
     auto route = std::make_unique<Route>();
@@ -346,23 +367,23 @@ Status HttpProviders::Init() {
     const auto brace = pattern.find("{key}");
     if (brace != std::string::npos) pattern.replace(brace, 5, "(.+)");
     if (hr.purpose == "commit") {
-      server_.Post(pattern, [this, r](const httplib::Request& req, httplib::Response& res) {
+      server_->Post(pattern, [this, r](const httplib::Request& req, httplib::Response& res) {
         Commit(*r, req, res);
       });
     } else if (hr.purpose == "status") {
-      server_.Get(pattern, [this, r](const httplib::Request& req, httplib::Response& res) {
+      server_->Get(pattern, [this, r](const httplib::Request& req, httplib::Response& res) {
         Lookup(*r, req, res);
       });
     } else {
-      server_.Post(pattern, [this, r](const httplib::Request& req, httplib::Response& res) {
+      server_->Post(pattern, [this, r](const httplib::Request& req, httplib::Response& res) {
         Preview(*r, req, res);
       });
     }
   }
-  server_.Get("/healthz", [](const httplib::Request&, httplib::Response& res) {
+  server_->Get("/healthz", [](const httplib::Request&, httplib::Response& res) {
     JsonAnswer(res, 200, {{"ok", true}});
   });
-  server_.Get("/tools", [this](const httplib::Request&, httplib::Response& res) {
+  server_->Get("/tools", [this](const httplib::Request&, httplib::Response& res) {
     Json tools = Json::array();
     for (const ToolInfo& info : registries_[""]->List()) {
       Json routes = Json::array();
@@ -514,12 +535,12 @@ Result<int> HttpProviders::Bind(const std::string& host, int port) {
                                    " is not in 0..65535");
   }
   if (port == 0) {
-    port_ = server_.bind_to_any_port(host);
+    port_ = server_->bind_to_any_port(host);
     if (port_ <= 0) {
       return Status::Unavailable("http providers: cannot bind " + host + " on an ephemeral port");
     }
   } else {
-    if (!server_.bind_to_port(host, port)) {
+    if (!server_->bind_to_port(host, port)) {
       return Status::Unavailable("http providers: cannot bind " + host + ":" +
                                  std::to_string(port) + " (in use?)");
     }
@@ -531,7 +552,7 @@ Result<int> HttpProviders::Bind(const std::string& host, int port) {
 
 Status HttpProviders::Run() {
   if (!bound_) return Status::FailedPrecondition("http providers: Run before Bind");
-  if (!server_.listen_after_bind()) {
+  if (!server_->listen_after_bind()) {
     std::lock_guard<std::mutex> lock(mu_);
     if (!stopping_) return Status::Internal("http providers: the server stopped unexpectedly");
   }
@@ -543,10 +564,10 @@ Result<int> HttpProviders::Start(const std::string& host, int port) {
   Result<int> bound = Bind(host, port);
   if (!bound.ok()) return bound;
   thread_ = std::thread([this] { (void)Run(); });
-  for (int i = 0; i < 5000 && !server_.is_running(); ++i) {
+  for (int i = 0; i < 5000 && !server_->is_running(); ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
-  if (!server_.is_running()) return Status::Internal("http providers: the server did not start");
+  if (!server_->is_running()) return Status::Internal("http providers: the server did not start");
   return port_;
 }
 
@@ -556,7 +577,7 @@ void HttpProviders::Stop() {
     stopping_ = true;
   }
   hold_cv_.notify_all();
-  server_.stop();
+  if (server_ != nullptr) server_->stop();
   if (thread_.joinable() && thread_.get_id() != std::this_thread::get_id()) thread_.join();
 }
 

@@ -124,6 +124,10 @@ struct HttpProviderOptions {
   int64_t lost_response_hold_ms = 15'000;
   /// httplib's own read/write timeouts for a request from a client.
   int64_t socket_timeout_ms = 30'000;
+  /// HTTPS (both or neither): a PEM certificate chain and its private key
+  /// (owner-only; common/tls_files.h checks both). "": plain HTTP.
+  std::string tls_cert_file;
+  std::string tls_key_file;
 };
 
 /// The providers' HTTP server. Owns its httplib::Server, the in-process
@@ -132,8 +136,9 @@ class HttpProviders {
  public:
   /// Opens the ledger and the key store and mounts the routes.
   /// InvalidArgument for a bad option or fault (an unknown tool, reprice for a
-  /// tool without a preview); Unavailable/Internal when the ledger or the key
-  /// store cannot be opened.
+  /// tool without a preview) or TLS file; NotFound/FailedPrecondition for a
+  /// TLS file that cannot be read or a key others may read;
+  /// Unavailable/Internal when the ledger or the key store cannot be opened.
   static Result<std::unique_ptr<HttpProviders>> Create(HttpProviderOptions options);
 
   ~HttpProviders();  ///< Stop()s
@@ -169,7 +174,7 @@ class HttpProviders {
   void Hold(int64_t ms);
 
   HttpProviderOptions options_;
-  httplib::Server server_;
+  std::unique_ptr<httplib::Server> server_;  ///< an httplib::SSLServer for HTTPS
   /// The in-process tools: "" without faults, else per fault mode.
   std::map<std::string, std::unique_ptr<ToolRegistry>> registries_;
   std::unique_ptr<server::IdempotencyLayer> layer_;

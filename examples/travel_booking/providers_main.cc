@@ -3,9 +3,11 @@
 //   travel-providers --listen 127.0.0.1:8091 --ledger PATH [--keys PATH]
 //                    [--latency-ms N] [--fault TOOL=MODE[@N]]...
 //                    [--lost-response-hold-ms MS]
+//                    [--tls-cert PATH --tls-key PATH]
 //
 // Serves the eight travel tools on one port (routes in http_providers.h) and
-// prints `listening on http://HOST:PORT` once it accepts (port 0: an
+// prints `listening on http://HOST:PORT` (https:// with --tls-cert/--tls-key)
+// once it accepts (port 0: an
 // ephemeral port, printed). SIGINT or SIGTERM stops it. Point idem at it with
 // examples/travel_booking/tools.http.json. Exit codes: 0 stopped by a signal,
 // 1 the server failed, 2 bad usage.
@@ -68,6 +70,10 @@ int Main(int argc, char** argv) {
                  "how long a lose_response answer is withheld (past the client's timeout)")
       ->capture_default_str()
       ->check(CLI::Range(0, 600'000));
+  app.add_option("--tls-cert", options.tls_cert_file,
+                 "serve HTTPS: a PEM certificate chain (with --tls-key)");
+  app.add_option("--tls-key", options.tls_key_file,
+                 "serve HTTPS: its PEM private key, owner-only (with --tls-cert)");
   CLI11_PARSE(app, argc, argv);
 
   std::string host;
@@ -96,7 +102,9 @@ int Main(int argc, char** argv) {
   auto providers = idem::travel::HttpProviders::Create(options);
   if (!providers.ok()) {
     std::cerr << "travel-providers: " << providers.status().ToString() << "\n";
-    return providers.status().code() == idem::Code::kInvalidArgument ? 2 : 1;
+    const idem::Code code = providers.status().code();
+    const bool tls_flag = providers.status().message().find("--tls-") != std::string::npos;
+    return code == idem::Code::kInvalidArgument || tls_flag ? 2 : 1;
   }
   auto bound = (*providers)->Bind(host, port);
   if (!bound.ok()) {
@@ -108,7 +116,8 @@ int Main(int argc, char** argv) {
     sigwait(&stop_signals, &sig);
     (*providers)->Stop();
   });
-  std::cout << "listening on http://" << host << ":" << *bound << std::endl;
+  std::cout << "listening on " << (options.tls_cert_file.empty() ? "http://" : "https://") << host
+            << ":" << *bound << std::endl;
   idem::Status served = (*providers)->Run();
   if (!served.ok()) {
     std::cerr << "travel-providers: " << served.ToString() << "\n";
