@@ -56,16 +56,7 @@ std::optional<std::string> ReadReason(ServerContext& ctx, const HttpRequest& req
 std::optional<storage::SagaRecord> ActOn(const ServerContext& ctx, const Principal& p,
                                          const std::string& id, HttpResponse& res) {
   if (!HasRole(p, kRoleOperator)) return OwnedSaga(ctx, p, id, res);
-  auto rec = ctx.store->LoadSaga(id);
-  if (!rec.ok()) {
-    if (rec.status().code() == Code::kNotFound) {
-      Problem(res, 404, "not-found", "Not found", "no saga " + id);
-    } else {
-      ProblemFor(res, rec.status());
-    }
-    return std::nullopt;
-  }
-  return std::move(rec).value();
+  return AnySaga(ctx, id, res);
 }
 
 void SendControl(const ServerContext& ctx, HttpResponse& res, const ControlResult& out) {

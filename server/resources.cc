@@ -59,6 +59,20 @@ void SendSaga(const ServerContext& ctx, HttpResponse& res, int status,
   SendJson(res, status, SagaView(rec, *effects));
 }
 
+std::optional<storage::SagaRecord> AnySaga(const ServerContext& ctx, const std::string& id,
+                                           HttpResponse& res) {
+  auto rec = ctx.store->LoadSaga(id);
+  if (!rec.ok()) {
+    if (rec.status().code() == Code::kNotFound) {
+      Problem(res, 404, "not-found", "Not found", "no saga " + id);
+    } else {
+      ProblemFor(res, rec.status());
+    }
+    return std::nullopt;
+  }
+  return std::move(rec).value();
+}
+
 std::optional<storage::SagaRecord> OwnedSaga(const ServerContext& ctx, const Principal& p,
                                              const std::string& id, HttpResponse& res) {
   auto rec = ctx.store->LoadSaga(id);

@@ -32,6 +32,11 @@ Json SpecView(const SpecVersion& v, bool with_doc);
 void SendSaga(const ServerContext& ctx, HttpResponse& res, int status,
               const storage::SagaRecord& rec);
 
+/// The saga `id`, whoever owns it; else nullopt and a 404 problem or the
+/// store's error in `res` (callers that may act on any saga: operators).
+std::optional<storage::SagaRecord> AnySaga(const ServerContext& ctx, const std::string& id,
+                                           HttpResponse& res);
+
 /// The saga if `p` owns it, else nullopt and a 404 problem (also for another
 /// caller's saga) or the store's error in `res`.
 std::optional<storage::SagaRecord> OwnedSaga(const ServerContext& ctx, const Principal& p,
