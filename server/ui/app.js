@@ -462,6 +462,7 @@ function start() {
   for (const s of STATES) sel.append(el('option', s, { value: s }));
   $('signin-form').addEventListener('submit', signIn);
   $('sign-out').addEventListener('click', signOut);
+  $('inbox-refresh').addEventListener('click', route);
   $('saga-filter').addEventListener('submit', (ev) => { ev.preventDefault(); page.offset = 0; sagasPage(); });
   $('page-prev').addEventListener('click', () => { page.offset = Math.max(0, page.offset - PAGE); sagasPage(); });
   $('page-next').addEventListener('click', () => { page.offset += PAGE; sagasPage(); });
