@@ -1,5 +1,6 @@
 #include "cli/cli.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
@@ -665,6 +666,8 @@ int CmdServe(const Options& o, const ToolRegistry& tools, storage::Store* store,
   if (!listen.ok()) return Fail(listen);
   Status tls = CheckServeTls(so.tls_cert_file, so.tls_key_file);
   if (!tls.ok()) return FailWith(tls, kExitUsage);
+  // Over HTTPS the web UI's session cookie is Secure (docs/server.md "Web UI").
+  if (!so.tls_cert_file.empty()) so.ui.secure_cookie = true;
   if (!o.auth_path.empty()) {
     auto principals = server::LoadPrincipals(o.auth_path);
     if (!principals.ok()) return Fail(principals.status());
@@ -718,6 +721,21 @@ int CmdServe(const Options& o, const ToolRegistry& tools, storage::Store* store,
   (*srv)->Stop();
   std::printf("idem server: stopped\n");
   return kExitOk;
+}
+
+// A --ui-session-*-s value (whole seconds, 1..max) as milliseconds.
+CLI::Validator UiSecondsToMs(int64_t max_s) {
+  return CLI::Validator(
+      [max_s](std::string& s) {
+        bool digits = !s.empty() && s.size() <= 9 &&
+                      std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
+        if (!digits || std::stoll(s) < 1 || std::stoll(s) > max_s) {
+          return "expected whole seconds, 1.." + std::to_string(max_s);
+        }
+        s = std::to_string(std::stoll(s) * 1000);
+        return std::string();
+      },
+      "SECONDS");
 }
 
 int CmdFailpoints() {
@@ -912,6 +930,19 @@ int RunCli(int argc, char** argv, const FrontendConfig& config) {
                     "serve HTTPS: a PEM certificate chain (with --tls-key; docs/server.md)");
   serve->add_option("--tls-key", lim.tls_key_file,
                     "serve HTTPS: its PEM private key, owner-only (with --tls-cert)");
+  // The web UI at /ui (docs/server.md "Web UI").
+  serve->add_flag("!--no-ui", lim.ui.enabled, "do not serve the web UI at /ui");
+  serve
+      ->add_option("--ui-session-idle-s", lim.ui.session_idle_ms,
+                   "a web UI session unused this many seconds ends (1800)")
+      ->transform(UiSecondsToMs(7 * 24 * 3600));
+  serve
+      ->add_option("--ui-session-max-s", lim.ui.session_max_ms,
+                   "a web UI session ends this many seconds after sign-in (43200)")
+      ->transform(UiSecondsToMs(30 * 24 * 3600));
+  serve->add_flag("--ui-secure-cookie", lim.ui.secure_cookie,
+                  "mark the web UI's session cookie Secure (set when clients reach the server "
+                  "over HTTPS, e.g. through a TLS proxy)");
   serve->add_option("--state", o.state_path,
                     "deprecated, ignored: Idempotency-Key records and the spec registry live "
                     "in the journal's store");

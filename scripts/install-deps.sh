@@ -9,7 +9,16 @@ PACKAGES=(
   libspdlog-dev libgtest-dev libgmock-dev libsqlitecpp-dev libsqlite3-dev
   libvalijson-dev libcli11-dev libssl-dev prometheus-cpp-dev
   libbenchmark-dev sqlite3 postgresql-15 postgresql-client-15 curl jq
+  chromium
 )
+
+# The web UI's browser test: playwright-core as locked in tests/ui (no browser
+# download: it drives Debian's chromium), when node_modules is missing.
+UI_TESTS="$(cd "$(dirname "$0")/.." && pwd)/tests/ui"
+if [ ! -d "$UI_TESTS/node_modules/playwright-core" ] && command -v npm >/dev/null; then
+  (cd "$UI_TESTS" && npm ci --no-audit --no-fund --silent) ||
+    echo "install-deps: npm ci in tests/ui failed; the ui_browser test will fail" >&2
+fi
 
 missing=()
 for p in "${PACKAGES[@]}"; do

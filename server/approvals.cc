@@ -36,25 +36,33 @@ void TokenProblem(HttpResponse& res, const Status& s) {
 
 }  // namespace
 
-void ListApprovals(ServerContext& ctx, const HttpRequest& req, HttpResponse& res) {
-  if (ctx.auth->Authorize(req, res, {kRoleApprover}) == nullptr) return;
+Result<std::vector<PendingApproval>> ListPendingApprovals(ServerContext& ctx) {
   storage::SagaFilter f;
   f.states = {SagaStateName(SagaState::kAwaitingApproval)};
   f.limit = 100'000;
   auto list = ctx.store->ListSagas(f);
-  if (!list.ok()) return ProblemFor(res, list.status());
-  Json out = Json::array();
+  if (!list.ok()) return list.status();
+  std::vector<PendingApproval> out;
   for (const auto& sum : *list) {
     auto rec = ctx.store->LoadSaga(sum.saga_id);
-    if (!rec.ok()) return ProblemFor(res, rec.status());
+    if (!rec.ok()) return rec.status();
     for (const auto& st : rec->steps) {
       auto view = ApprovalView(sum.saga_id, st);
       if (!view) continue;
       (*view)["requested_by"] = OwnerOf(sum.intent_key);
       (*view)["spec"] = sum.spec_name;
-      out.push_back(std::move(*view));
+      out.push_back({*rec, st, std::move(*view)});
     }
   }
+  return out;
+}
+
+void ListApprovals(ServerContext& ctx, const HttpRequest& req, HttpResponse& res) {
+  if (ctx.auth->Authorize(req, res, {kRoleApprover}) == nullptr) return;
+  auto pending = ListPendingApprovals(ctx);
+  if (!pending.ok()) return ProblemFor(res, pending.status());
+  Json out = Json::array();
+  for (auto& a : *pending) out.push_back(std::move(a.view));
   SendJson(res, 200, {{"approvals", out}});
 }
 

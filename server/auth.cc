@@ -113,7 +113,8 @@ Result<std::vector<Principal>> LoadPrincipals(const std::string& path) {
 
 const Principal* Authenticator::Identify(const HttpRequest& req) const {
   static const Principal anonymous{kAnonymous, "", {kRoleAgent, kRoleApprover, kRoleOperator}};
-  if (principals_.empty()) return &anonymous;  // insecure_no_auth
+  if (principals_.empty()) return &anonymous;          // insecure_no_auth
+  if (req.principal != nullptr) return req.principal;  // a web UI session's
   const std::string h = req.Header("Authorization");
   if (h.size() < 8 || h.size() > kMaxBearerBytes) return nullptr;
   std::string scheme = h.substr(0, 7);
@@ -129,6 +130,19 @@ const Principal* Authenticator::Identify(const HttpRequest& req) const {
     if (CRYPTO_memcmp(p.token_sha256.data(), hash.data(), hash.size()) == 0) found = &p;
   }
   return found;
+}
+
+const Principal* Authenticator::IdentifyToken(const std::string& token) const {
+  HttpRequest req;
+  req.headers.emplace("Authorization", "Bearer " + token);
+  return Identify(req);
+}
+
+const Principal* Authenticator::Find(const std::string& name) const {
+  for (const Principal& p : principals_) {
+    if (p.name == name) return &p;
+  }
+  return nullptr;
 }
 
 const Principal* Authenticator::Authorize(const HttpRequest& req, HttpResponse& res,

@@ -35,7 +35,16 @@ class Authenticator {
 
   /// The principal named by the request's bearer token; nullptr when absent
   /// or bad.
+  /// A request the server itself marked with a principal (a web UI
+  /// session, HttpRequest::principal) is that principal.
   const Principal* Identify(const HttpRequest& req) const;
+
+  /// The principal whose bearer token is `token` (the web UI's sign-in);
+  /// nullptr when none is.
+  const Principal* IdentifyToken(const std::string& token) const;
+
+  /// The principal named `name`; nullptr when none is (or auth is off).
+  const Principal* Find(const std::string& name) const;
 
   /// The principal if it holds one of `roles`; else nullptr and a 401
   /// (+ WWW-Authenticate) or 403 problem in `res`.

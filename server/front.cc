@@ -39,6 +39,7 @@ void ToFront(const HttpResponse& res, http::Response* out) {
   for (const auto& [k, v] : res.headers) out->headers.emplace(k, v);
   out->content_type = res.content_type;
   out->body = res.body;
+  out->on_stream = res.on_stream;
 }
 
 }  // namespace

@@ -62,6 +62,15 @@ void NotShared(HttpResponse& res, const std::string& name);
 
 // ---- approvals (approvals.cc)
 
+/// A commit waiting for a person: its saga, its step and the approval's
+/// view (ApprovalView + requested_by, spec), as GET /v1/approvals lists it.
+struct PendingApproval {
+  storage::SagaRecord saga;
+  storage::StepRecord step;
+  Json view;
+};
+/// Every commit waiting for a person (sagas newest first).
+Result<std::vector<PendingApproval>> ListPendingApprovals(ServerContext& ctx);
 /// GET /v1/approvals
 void ListApprovals(ServerContext& ctx, const HttpRequest& req, HttpResponse& res);
 /// POST /v1/approvals/{token}/approve (approve) or /reject.

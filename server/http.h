@@ -11,7 +11,13 @@
 #include <string>
 #include <vector>
 
+namespace idem::http {
+class Stream;  // http/stream.h
+}  // namespace idem::http
+
 namespace idem::server {
+
+struct Principal;  // server/server.h
 
 /// Orders header names case-insensitively (ASCII).
 struct HeaderNameLess {
@@ -27,6 +33,10 @@ struct HttpRequest {
   HttpHeaders headers;                             ///< as received
   std::multimap<std::string, std::string> params;  ///< query parameters, decoded
   std::string body;
+  /// Set only by the server itself, never from the wire: the caller a web
+  /// UI session names (server/ui_routes.cc), which Authenticator::Identify
+  /// takes instead of a bearer token. nullptr for every API request.
+  const Principal* principal = nullptr;
 
   bool HasHeader(const std::string& name) const { return headers.count(name) > 0; }
   /// The first value of `name`, or "".
@@ -43,6 +53,9 @@ struct HttpResponse {
   HttpHeaders headers;  ///< without Content-Type
   std::string body;
   std::string content_type;  ///< "" sends no Content-Type
+  /// Set (with a 2xx status) to answer with a server-sent-event stream
+  /// instead of a body: see http::Response::on_stream (http/message.h).
+  std::function<void(http::Stream)> on_stream;
 
   /// Replaces every value of `name` with `value`.
   void SetHeader(const std::string& name, const std::string& value);

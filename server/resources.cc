@@ -62,16 +62,7 @@ bool HasRole(const Principal& p, const char* role) {
 std::optional<storage::SagaRecord> ActOnSaga(const ServerContext& ctx, const Principal& p,
                                              const std::string& id, HttpResponse& res) {
   if (!HasRole(p, kRoleOperator)) return OwnedSaga(ctx, p, id, res);
-  auto rec = ctx.store->LoadSaga(id);
-  if (!rec.ok()) {
-    if (rec.status().code() == Code::kNotFound) {
-      Problem(res, 404, "not-found", "Not found", "no saga " + id);
-    } else {
-      ProblemFor(res, rec.status());
-    }
-    return std::nullopt;
-  }
-  return std::move(rec).value();
+  return AnySaga(ctx, id, res);
 }
 
 void SendSaga(const ServerContext& ctx, HttpResponse& res, int status,
@@ -86,6 +77,20 @@ void SendSaga(const ServerContext& ctx, HttpResponse& res, int status,
   view["decision"] = SubmissionDecision(*journal);
   if (IsOpenPlan(rec.spec)) view["calls"] = OpenCallsView(rec, *journal);
   SendJson(res, status, view);
+}
+
+std::optional<storage::SagaRecord> AnySaga(const ServerContext& ctx, const std::string& id,
+                                           HttpResponse& res) {
+  auto rec = ctx.store->LoadSaga(id);
+  if (!rec.ok()) {
+    if (rec.status().code() == Code::kNotFound) {
+      Problem(res, 404, "not-found", "Not found", "no saga " + id);
+    } else {
+      ProblemFor(res, rec.status());
+    }
+    return std::nullopt;
+  }
+  return std::move(rec).value();
 }
 
 std::optional<storage::SagaRecord> OwnedSaga(const ServerContext& ctx, const Principal& p,

@@ -40,6 +40,11 @@ bool HasRole(const Principal& p, const char* role);
 std::optional<storage::SagaRecord> ActOnSaga(const ServerContext& ctx, const Principal& p,
                                              const std::string& id, HttpResponse& res);
 
+/// The saga `id`, whoever owns it; else nullopt and a 404 problem or the
+/// store's error in `res` (callers that may act on any saga: operators).
+std::optional<storage::SagaRecord> AnySaga(const ServerContext& ctx, const std::string& id,
+                                           HttpResponse& res);
+
 /// The saga if `p` owns it, else nullopt and a 404 problem (also for another
 /// caller's saga) or the store's error in `res`.
 std::optional<storage::SagaRecord> OwnedSaga(const ServerContext& ctx, const Principal& p,

@@ -16,6 +16,7 @@
 #include "server/problem.h"
 #include "server/routes.h"
 #include "server/spec_registry.h"
+#include "server/ui_routes.h"
 #include "storage/server_state.h"
 #include "storage/sqlite_store.h"
 
@@ -38,6 +39,7 @@ struct Server::Impl {
   std::unique_ptr<DriverPool> pool;
   std::unique_ptr<SagaWaiter> waiter;
   ServerContext ctx;
+  std::unique_ptr<UiService> ui;  // before `http`: its routes use it
   std::unique_ptr<HttpListener> http;
   bool started = false;
   bool stopped = false;
@@ -161,7 +163,10 @@ Result<std::unique_ptr<Server>> Server::Create(storage::Store* store, const Tool
     Problem(res, 500, "internal", "Internal error", what);
   };
   hooks.responded = [raw](int status) { raw->metrics.Request(status); };
-  impl->http = std::make_unique<HttpListener>(ApiRoutes(&impl->ctx), lo, std::move(hooks));
+  std::vector<Route> routes = ApiRoutes(&impl->ctx);
+  impl->ui = std::make_unique<UiService>(&impl->ctx, impl->options.ui, impl->clock);
+  for (Route& r : impl->ui->Routes()) routes.push_back(std::move(r));
+  impl->http = std::make_unique<HttpListener>(std::move(routes), lo, std::move(hooks));
   return std::unique_ptr<Server>(new Server(std::move(impl)));
 }
 
@@ -188,6 +193,7 @@ void Server::Stop() {
   if (!s.started || s.stopped) return;
   s.stopped = true;
   s.stop_flag.store(true);  // drives stop between steps
+  s.ui->Stop();             // the UI's event streams end first
   s.waiter->StopAll();      // requests waiting for an outcome answer now
   s.http->Stop();
   s.pool->Stop();

@@ -85,6 +85,18 @@ Result<std::vector<Principal>> ParsePrincipals(const std::string& json_text);
 /// (kInvalidArgument) one that lists no caller (`[]`).
 Result<std::vector<Principal>> LoadPrincipals(const std::string& path);
 
+/// The web UI at /ui (server/ui_routes.h; docs/server.md "Web UI").
+struct UiOptions {
+  bool enabled = true;
+  int64_t session_idle_ms = 30LL * 60 * 1000;   ///< a session unused this long ends
+  int64_t session_max_ms = 12LL * 3600 * 1000;  ///< and any session this long after sign-in
+  size_t max_sessions = 10'000;                 ///< signed in at once; more: 503 at sign-in
+  /// Cookies with the Secure attribute: set it when the front serves HTTPS
+  /// (serve --tls-cert), or behind a TLS proxy (serve --ui-secure-cookie).
+  bool secure_cookie = false;
+  int64_t poll_ms = 250;  ///< how often an event stream looks for new journal entries
+};
+
 struct ServerOptions {
   std::string host = "127.0.0.1";
   int port = 8080;  ///< 0: an ephemeral port (see Server::port)
@@ -130,6 +142,7 @@ struct ServerOptions {
   /// Steps and sizes a submitted saga may have (saga/limits.h); past them
   /// POST /v1/sagas is 422 saga-too-large and nothing is written.
   SagaLimits limits;
+  UiOptions ui;
 };
 
 class Server {
