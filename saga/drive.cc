@@ -128,7 +128,7 @@ Result<StepEnd> DriveStepOnce(SagaRun* run, int index) {
     case StepState::kPlanned: {
       auto resolved = ResolvePlanned(run, &d);
       if (!resolved.ok()) return resolved.status();
-      if (!*resolved) break;  // the queue holds its record
+      if (!*resolved) break;               // the queue holds its record
       auto before = BeforeWrite(run, &d);  // its key, its guard (saga/guard.h)
       if (!before.ok()) return before.status();
       if (*before) return **before;

@@ -48,7 +48,11 @@ GuardAnswer Judge(const GuardSpec& g, const Json& result) {
 GuardAnswer AskOnce(SagaRun* run, StepDrive* d, const Json& args, int attempt) {
   const GuardSpec& g = *d->spec->guard;
   if (g.status_lookup) {
-    LookupOutcome look = d->tool->Lookup(d->key);
+    LookupOutcome look;
+    {
+      SagaRun::OutsideCall outside(run);  // branches overlap it (saga/branches.h)
+      look = d->tool->Lookup(d->key);
+    }
     GuardAnswer a;
     if (look.kind == LookupKind::kApplied) {
       a.answer = Answer::kExists;
@@ -65,7 +69,11 @@ GuardAnswer AskOnce(SagaRun* run, StepDrive* d, const Json& args, int attempt) {
   if (tool == nullptr)
     return {Answer::kNone, {}, "", "guard tool \"" + g.tool + "\" is not registered"};
   ToolCall call{g.tool, d->key + ":guard", args, attempt, run->saga_id(), d->st.step_id, ""};
-  ToolOutcome out = tool->Invoke(call);
+  ToolOutcome out;
+  {
+    SagaRun::OutsideCall outside(run);
+    out = tool->Invoke(call);
+  }
   switch (out.kind) {
     case OutcomeKind::kSucceeded:
       return Judge(g, out.result);
@@ -109,7 +117,10 @@ Result<std::optional<StepEnd>> BeforeWrite(SagaRun* run, StepDrive* d) {
   GuardAnswer a;
   for (int attempt = 1; attempt <= g.retry.max_attempts; ++attempt) {
     IDEM_RETURN_IF_ERROR(run->CheckLease());
-    if (attempt > 1) run->clock()->SleepMs(g.retry.BackoffMs(attempt, *run->rng()));
+    if (attempt > 1) {
+      SagaRun::OutsideCall outside(run);
+      run->clock()->SleepMs(g.retry.BackoffMs(attempt, *run->rng()));
+    }
     a = AskOnce(run, d, args, attempt);
     a.attempts = attempt;
     if (a.answer != Answer::kNone) break;

@@ -40,10 +40,6 @@ void SecurityHeaders(HttpResponse& res) {
   res.SetHeader("Cross-Origin-Opener-Policy", "same-origin");
 }
 
-bool HasRole(const Principal& p, const char* role) {
-  return std::find(p.roles.begin(), p.roles.end(), role) != p.roles.end();
-}
-
 bool AllDigits(const std::string& s, size_t max) {
   return !s.empty() && s.size() <= max &&
          std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
