@@ -248,7 +248,8 @@ TEST(SqliteStoreTest, Version3JournalKeepsItsEntriesAndOrderThroughVersion4) {
                            " (5, 'old', 'first', 1), (9, 'old', 'second', 2),"
                            " (12, 'old', 'third', 3)"));
     ASSERT_EQ("", raw.Exec("CREATE INDEX sagas_by_state ON sagas (state)"));
-    // Version 7 did not exist yet either.
+    // Versions 7 and 10 did not exist yet either.
+    ASSERT_EQ("", raw.Exec("DROP TABLE open_calls"));
     ASSERT_EQ("", raw.Exec("DROP TABLE spec_owners"));
     ASSERT_EQ("", raw.Exec("ALTER TABLE sagas DROP COLUMN spec_version"));
     ASSERT_EQ("", raw.Exec("ALTER TABLE sagas DROP COLUMN spec_sha256"));
@@ -297,7 +298,8 @@ TEST(SqliteStoreTest, Version2DatabaseIsMigratedToLeases) {
       ASSERT_EQ("", raw.Exec(std::string("ALTER TABLE sagas DROP COLUMN ") + column));
     }
     ASSERT_EQ("", raw.Exec("CREATE INDEX sagas_by_state ON sagas (state)"));  // dropped by 4
-    // Version 7 did not exist yet either.
+    // Versions 7 and 10 did not exist yet either.
+    ASSERT_EQ("", raw.Exec("DROP TABLE open_calls"));
     ASSERT_EQ("", raw.Exec("DROP TABLE spec_owners"));
     ASSERT_EQ("", raw.Exec("ALTER TABLE sagas DROP COLUMN spec_version"));
     ASSERT_EQ("", raw.Exec("ALTER TABLE sagas DROP COLUMN spec_sha256"));
