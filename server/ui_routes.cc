@@ -5,6 +5,7 @@
 #include <string>
 #include <utility>
 
+#include "saga/open_saga.h"
 #include "saga/states.h"
 #include "saga/views.h"
 #include "server/auth.h"
@@ -38,6 +39,20 @@ void SecurityHeaders(HttpResponse& res) {
   res.SetHeader("X-Frame-Options", "DENY");
   res.SetHeader("Referrer-Policy", "no-referrer");
   res.SetHeader("Cross-Origin-Opener-Policy", "same-origin");
+}
+
+// The model decision behind a pending commit (saga/open_saga.h): the one
+// journaled with the open saga's call that became `step_id`, or with a spec
+// saga's submission; null when none was recorded or the journal is unreadable.
+Json RecordedDecision(storage::Store* store, const storage::SagaRecord& saga,
+                      const std::string& step_id) {
+  auto journal = store->ReadJournal(saga.summary.saga_id);
+  if (!journal.ok()) return nullptr;
+  if (!IsOpenPlan(saga.spec)) return SubmissionDecision(*journal);
+  for (const Json& call : OpenCallsView(saga, *journal)) {
+    if (call.value("step_id", "") == step_id) return call.value("decision", Json());
+  }
+  return nullptr;
 }
 
 bool AllDigits(const std::string& s, size_t max) {
@@ -264,11 +279,10 @@ class Api {
         v["saga_created_at"] = FormatTimeMs(a.saga.summary.created_ms);
         v["description"] = a.saga.spec.value("description", "");
         v["own"] = ctx_->auth->enabled() && OwnerOf(a.saga.summary.intent_key) == me.name;
-        // What the agent recorded about this call, where the step has it.
-        Json step = StepView(a.step);
-        for (const char* k : {"model_decision", "decision", "why"}) {
-          if (step.contains(k)) v[k] = step[k];
-        }
+        // Why the agent asked: the model decision journaled with this call
+        // (an open saga) or with the submission (a spec saga).
+        if (Json d = RecordedDecision(ctx_->store, a.saga, a.step.step_id); d.is_object())
+          v["decision"] = d;
         list.push_back(std::move(v));
       }
       SendJson(out, 200, {{"approvals", list}});

@@ -177,7 +177,7 @@ class UiServerTest : public ::testing::Test {
   }
 
   // A saga of agent-1 whose payment waits for a person; its commit token.
-  std::string WaitingSaga(std::string* saga_id) {
+  std::string WaitingSaga(std::string* saga_id, const Json& decision = nullptr) {
     Json spec = {
         {"name", "pay"},
         {"steps",
@@ -189,11 +189,12 @@ class UiServerTest : public ::testing::Test {
            {"approval", "human"},
            {"compensate", nullptr},
            {"reason", "a test charge"}}}}};
-    auto r =
-        Client().Post("/v1/sagas",
-                      httplib::Headers{{"Authorization", std::string("Bearer ") + kAgent},
-                                       {"Idempotency-Key", "k-" + std::to_string(++n_)}},
-                      Json{{"spec", spec}, {"input", Json::object()}}.dump(), "application/json");
+    auto r = Client().Post(
+        "/v1/sagas",
+        httplib::Headers{{"Authorization", std::string("Bearer ") + kAgent},
+                         {"Idempotency-Key", "k-" + std::to_string(++n_)}},
+        Json{{"spec", spec}, {"input", Json::object()}, {"decision", decision}}.dump(),
+        "application/json");
     if (!r || r->status != 201) {
       ADD_FAILURE() << "submit: " << (r ? r->body : "no answer");
       return "";
@@ -342,6 +343,35 @@ TEST_F(UiServerTest, TheInboxAndTheSagaListAnswerTheSignedInApprover) {
   auto none = Client().Get("/ui/api/approvals");
   ASSERT_TRUE(none);
   EXPECT_EQ(none->status, 401);
+}
+
+TEST_F(UiServerTest, TheInboxShowsTheModelDecisionRecordedWithTheSubmission) {
+  const Json decision = {{"model", "gpt-4.1"},
+                         {"call_id", "call_7"},
+                         {"prompt_sha256", std::string(64, 'a')},
+                         {"reasoning", "Ana asked for the <i>cheapest</i> fare"}};
+  std::string with, without;
+  ASSERT_FALSE(WaitingSaga(&with, decision).empty());
+  ASSERT_FALSE(WaitingSaga(&without).empty());
+  Signed maria = SignIn(kApprover);
+  auto inbox = Get("/ui/api/approvals", maria);
+  ASSERT_TRUE(inbox);
+  ASSERT_EQ(inbox->status, 200) << inbox->body;
+  int seen = 0;
+  const Json body = Json::parse(inbox->body);
+  for (const Json& a : body["approvals"]) {
+    if (a["saga_id"] == with) {
+      ++seen;
+      ASSERT_TRUE(a.contains("decision")) << a.dump();
+      EXPECT_EQ(a["decision"]["model"], "gpt-4.1");
+      EXPECT_EQ(a["decision"]["call_id"], "call_7");
+      EXPECT_EQ(a["decision"]["reasoning"], "Ana asked for the <i>cheapest</i> fare");
+    } else if (a["saga_id"] == without) {
+      ++seen;
+      EXPECT_FALSE(a.contains("decision")) << a.dump();
+    }
+  }
+  EXPECT_EQ(seen, 2) << inbox->body;
 }
 
 TEST_F(UiServerTest, ASessionEndsWhenIdleAndAtSignOut) {

@@ -126,7 +126,11 @@ function whyOf(a) {
   const d = a.model_decision || a.decision || a.why;
   if (!d) return 'no recorded decision';
   if (typeof d === 'string') return d;
-  return [d.model, d.reason || d.rationale || d.why].filter(Boolean).map(show).join(': ') || show(d);
+  // A recorded model decision (saga/open_saga.h): the model, what it said,
+  // else the prompt's hash, so a person sees which call this is.
+  const said = d.reasoning || d.reason || d.rationale || d.why ||
+      (d.prompt_sha256 ? 'prompt sha256 ' + String(d.prompt_sha256).slice(0, 12) + '…' : '');
+  return [d.model, said].filter(Boolean).map(show).join(': ') || show(d);
 }
 
 function fillChanges(tbody, changes) {
