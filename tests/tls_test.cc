@@ -575,6 +575,30 @@ TEST_F(ServeTlsTest, HttpsClientSubmitsASagaAndReadsIt) {
   EXPECT_EQ(refused.error(), httplib::Error::SSLServerVerification);
 }
 
+TEST_F(ServeTlsTest, TheWebUiSessionCookieIsSecureOverHttps) {
+  const std::string auth = dir_.File("auth.json");
+  {
+    std::ofstream out(auth);
+    out << Json::array({{{"name", "maria"},
+                         {"token_sha256", Sha256Hex("tok-maria")},
+                         {"roles", {"approver"}}}})
+               .dump();
+  }
+  ASSERT_EQ(::chmod(auth.c_str(), 0600), 0);
+  std::vector<std::string> extra = Tls();
+  extra.insert(extra.end(), {"--auth", auth});
+  int port = Serve(extra);
+  ASSERT_GT(port, 0);
+  auto cli = HttpsClient(port);
+  auto signed_in =
+      cli->Post("/ui/api/session", Json{{"token", "tok-maria"}}.dump(), "application/json");
+  ASSERT_TRUE(signed_in) << httplib::to_string(signed_in.error());
+  ASSERT_EQ(signed_in->status, 200) << signed_in->body;
+  const std::string cookie = signed_in->get_header_value("Set-Cookie");
+  EXPECT_NE(cookie.find("; Secure"), std::string::npos) << cookie;
+  EXPECT_NE(cookie.find("HttpOnly"), std::string::npos) << cookie;
+}
+
 TEST_F(ServeTlsTest, PlainHttpToTheTlsPortIsClosedAndTheServerLivesOn) {
   int port = Serve(Tls());
   ASSERT_GT(port, 0);
