@@ -15,10 +15,10 @@
 #endif
 #include <httplib.h>
 
-#include "common/duration.h"
-#include "tools/open_policy.h"
 #include "tools/http_tls.h"
+#include "tools/open_policy.h"
 
+#include "common/duration.h"
 #include <openssl/err.h>
 
 namespace idem {
@@ -263,9 +263,21 @@ Status ParseEndpoint(const Json& obj, const std::string& place,
 Result<HttpToolConfig> ParseTool(const Json& t, const std::string& place,
                                  const std::string& base_dir) {
   if (!t.is_object()) return Bad(place, "expected an object");
-  std::set<std::string> fields = {"name",    "effect",     "description",       "base_url",
-                                  "commit",  "status",     "preview",           "honours_keys",
-                                  "headers", "timeout_ms", "connect_timeout_ms", "key_retention", "ca_file", "client_cert", "client_key"};
+  std::set<std::string> fields = {"name",
+                                  "effect",
+                                  "description",
+                                  "base_url",
+                                  "commit",
+                                  "status",
+                                  "preview",
+                                  "honours_keys",
+                                  "headers",
+                                  "timeout_ms",
+                                  "connect_timeout_ms",
+                                  "key_retention",
+                                  "ca_file",
+                                  "client_cert",
+                                  "client_key"};
   for (const char* const* f = OpenPolicyFields(); *f != nullptr; ++f) fields.insert(*f);
   IDEM_RETURN_IF_ERROR(OnlyFields(t, place, fields));
   HttpToolConfig c;
