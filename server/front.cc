@@ -31,6 +31,7 @@ HttpRequest FromFront(const http::Request& req) {
   for (const auto& [k, v] : req.headers) out.headers.emplace(k, v);
   out.params = req.params;
   out.body = req.body;
+  out.peer = req.peer;
   return out;
 }
 

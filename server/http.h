@@ -33,6 +33,7 @@ struct HttpRequest {
   HttpHeaders headers;                             ///< as received
   std::multimap<std::string, std::string> params;  ///< query parameters, decoded
   std::string body;
+  std::string peer;  ///< the client's address ("127.0.0.1"), from the socket
   /// Set only by the server itself, never from the wire: the caller a web
   /// UI session names (server/ui_routes.cc), which Authenticator::Identify
   /// takes instead of a bearer token. nullptr for every API request.

@@ -95,6 +95,10 @@ struct UiOptions {
   /// (serve --tls-cert), or behind a TLS proxy (serve --ui-secure-cookie).
   bool secure_cookie = false;
   int64_t poll_ms = 250;  ///< how often an event stream looks for new journal entries
+  /// Failed sign-ins one client address may make within the window; more
+  /// are answered 429 with Retry-After (server/sign_in_limit.h).
+  int sign_in_max_failures = 10;
+  int64_t sign_in_window_ms = 60'000;
 };
 
 struct ServerOptions {

@@ -14,6 +14,7 @@
 #include "server/resources.h"
 #include "server/ui_assets.h"
 #include "server/ui_events.h"
+#include "server/sign_in_limit.h"
 #include "server/ui_session.h"
 
 #include "common/json_util.h"
@@ -133,8 +134,9 @@ struct Signed {
 
 class Api {
  public:
-  Api(ServerContext* ctx, const UiOptions& o, UiSessions* sessions, UiEventTail* tail)
-      : ctx_(ctx), o_(o), sessions_(sessions), tail_(tail) {}
+  Api(ServerContext* ctx, const UiOptions& o, UiSessions* sessions, SignInLimiter* sign_in_limit,
+      UiEventTail* tail)
+      : ctx_(ctx), o_(o), sessions_(sessions), sign_in_limit_(sign_in_limit), tail_(tail) {}
 
   // The session of `req`, its CSRF token checked when `changes`; else
   // nullopt and a 401/403 problem in `res`.
@@ -206,6 +208,12 @@ class Api {
       return Problem(res, 403, "cross-origin", "Forbidden",
                      "Origin: a request from another site is refused");
     }
+    // Before the token is read: a client over its limit learns nothing of it.
+    if (int64_t wait_ms = sign_in_limit_->RetryAfterMs(req.peer); wait_ms > 0) {
+      res.SetHeader("Retry-After", std::to_string((wait_ms + 999) / 1000));
+      return Problem(res, 429, "too-many-sign-ins", "Too many failed sign-ins",
+                     "sign-in: too many failed attempts from this address; try again later");
+    }
     auto body = ReadJsonBody(req, res, 4);
     if (!body) return;
     if (!body->is_object() || !body->contains("token") || !(*body)["token"].is_string() ||
@@ -222,6 +230,7 @@ class Api {
     if (ctx_->auth->enabled()) {
       const Principal* p = token.empty() ? nullptr : ctx_->auth->IdentifyToken(token);
       if (p == nullptr) {
+        sign_in_limit_->Failed(req.peer);
         return Problem(res, 401, "sign-in-refused", "Sign-in refused",
                        "token: not a token of the auth file");
       }
@@ -444,6 +453,7 @@ class Api {
   ServerContext* ctx_;
   UiOptions o_;
   UiSessions* sessions_;
+  SignInLimiter* sign_in_limit_;
   UiEventTail* tail_;
 };
 
@@ -455,7 +465,9 @@ UiService::UiService(ServerContext* ctx, const UiOptions& options, Clock* clock)
     : ctx_(ctx),
       options_(options),
       sessions_(std::make_unique<UiSessions>(clock, options.session_idle_ms, options.session_max_ms,
-                                             options.max_sessions)) {
+                                             options.max_sessions)),
+      sign_in_limit_(std::make_unique<SignInLimiter>(clock, options.sign_in_max_failures,
+                                                     options.sign_in_window_ms, 10'000)) {
   UiSessions* sessions = sessions_.get();
   tail_ = std::make_unique<UiEventTail>(
       ctx->store, options.poll_ms,
@@ -468,7 +480,8 @@ void UiService::Stop() { tail_->Stop(); }
 
 std::vector<Route> UiService::Routes() {
   if (!options_.enabled) return {};
-  auto api = std::make_shared<Api>(ctx_, options_, sessions_.get(), tail_.get());
+  auto api =
+      std::make_shared<Api>(ctx_, options_, sessions_.get(), sign_in_limit_.get(), tail_.get());
   auto on = [api](const char* method, const char* pattern, Handler h) {
     return Route{method, pattern,
                  [api, h](const HttpRequest& req, HttpResponse& res) { ((*api).*h)(req, res); }};

@@ -39,6 +39,7 @@ namespace idem::server {
 
 class UiSessions;
 class UiEventTail;
+class SignInLimiter;
 
 class UiService {
  public:
@@ -59,6 +60,7 @@ class UiService {
   ServerContext* ctx_;
   UiOptions options_;
   std::unique_ptr<UiSessions> sessions_;
+  std::unique_ptr<SignInLimiter> sign_in_limit_;
   std::unique_ptr<UiEventTail> tail_;
 };
 

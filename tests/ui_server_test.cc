@@ -14,6 +14,7 @@
 
 #include "preview_commit/token.h"
 #include "server/server.h"
+#include "server/sign_in_limit.h"
 #include "server/ui_routes.h"
 #include "server/ui_session.h"
 #include "storage/store.h"
@@ -109,6 +110,39 @@ std::unique_ptr<Tool> Recording(const std::string& name, bool preview) {
         return ToolOutcome::Succeeded({{"ref", name + ":" + call.key}}, name + ":" + call.key);
       },
       nullptr, pv);
+}
+
+// ---- failed sign-ins
+
+TEST(SignInLimiterTest, RefusesAnAddressPastItsFailuresUntilTheWindowMoves) {
+  ManualClock clock(1'000'000);
+  SignInLimiter limit(&clock, 3, 60'000, 100);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(limit.RetryAfterMs("10.0.0.1"), 0) << "failure " << i;
+    limit.Failed("10.0.0.1");
+    clock.AdvanceMs(1'000);
+  }
+  // Three failures at t=0, 1 s, 2 s; now t=3 s: free again at t=60 s.
+  EXPECT_EQ(limit.RetryAfterMs("10.0.0.1"), 57'000);
+  EXPECT_EQ(limit.RetryAfterMs("10.0.0.2"), 0) << "another address is not held back";
+  clock.AdvanceMs(57'000);
+  EXPECT_EQ(limit.RetryAfterMs("10.0.0.1"), 0) << "the first failure left the window";
+  limit.Failed("10.0.0.1");
+  EXPECT_GT(limit.RetryAfterMs("10.0.0.1"), 0) << "the two later ones still count";
+}
+
+TEST(SignInLimiterTest, TracksABoundedNumberOfAddresses) {
+  ManualClock clock(1'000'000);
+  SignInLimiter limit(&clock, 2, 60'000, 3);
+  for (int i = 0; i < 10; ++i) {
+    limit.Failed("10.0.0." + std::to_string(i));
+    clock.AdvanceMs(10);
+  }
+  EXPECT_EQ(limit.size(), 3u);
+  // The newest are kept, the stalest dropped.
+  limit.Failed("10.0.0.9");
+  EXPECT_GT(limit.RetryAfterMs("10.0.0.9"), 0);
+  EXPECT_EQ(limit.RetryAfterMs("10.0.0.0"), 0);
 }
 
 class UiServerTest : public ::testing::Test {
@@ -271,6 +305,25 @@ TEST_F(UiServerTest, SignInSetsAStrictCookieAndRefusesOtherTokens) {
   EXPECT_EQ(me["name"], "approver-1");
   EXPECT_EQ(me["may_approve"], true);
   EXPECT_EQ(me["may_operate"], false);
+}
+
+TEST_F(UiServerTest, TooManyFailedSignInsAreRefusedWithoutLookingAtTheToken) {
+  // ServerOptions' default: 10 failures a minute per address.
+  for (int i = 0; i < 10; ++i) {
+    auto bad = Client().Post("/ui/api/session", R"({"token":"guess"})", "application/json");
+    ASSERT_TRUE(bad);
+    ASSERT_EQ(bad->status, 401) << "failure " << i;
+  }
+  auto held =
+      Client().Post("/ui/api/session", Json{{"token", kApprover}}.dump(), "application/json");
+  ASSERT_TRUE(held);
+  EXPECT_EQ(held->status, 429) << "even the right token: the answer is no oracle";
+  EXPECT_FALSE(held->has_header("Set-Cookie"));
+  EXPECT_EQ(held->get_header_value("Retry-After"), "60");
+  clock_.AdvanceMs(60'000);
+  auto ok = Client().Post("/ui/api/session", Json{{"token", kApprover}}.dump(), "application/json");
+  ASSERT_TRUE(ok);
+  EXPECT_EQ(ok->status, 200) << ok->body;
 }
 
 TEST_F(UiServerTest, ADecisionNeedsTheSessionsCsrfTokenAndChangesNothingWithout) {
