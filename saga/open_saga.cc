@@ -285,6 +285,9 @@ Result<OpenPlan> ReadOpenPlan(const Json& spec) {
     for (const Json& c : o.value("calls", Json::array())) {
       p.calls.push_back({c.at("call_id").get<std::string>(), c.at("step").get<std::string>()});
     }
+    for (const Json& c : o.value("aliases", Json::array())) {
+      p.aliases.push_back({c.at("call_id").get<std::string>(), c.at("step").get<std::string>()});
+    }
   } catch (const std::exception& e) {
     return Bad("spec.open", std::string("malformed: ") + e.what());
   }
@@ -360,6 +363,18 @@ Result<CallAnswer> AnswerCall(const storage::SagaRecord& saga, const std::string
     return Status::FailedPrecondition("saga " + saga.summary.saga_id + " is not an open saga");
   for (size_t i = 0; i < plan->calls.size() && i < saga.steps.size(); ++i) {
     if (plan->calls[i].call_id == call_id) return AnswerFor(saga, static_cast<int>(i), call_id);
+  }
+  for (const OpenPlan::Call& alias : plan->aliases) {
+    if (alias.call_id != call_id) continue;
+    for (size_t i = 0; i < plan->calls.size() && i < saga.steps.size(); ++i) {
+      if (plan->calls[i].step_id != alias.step_id) continue;
+      CallAnswer a = AnswerFor(saga, static_cast<int>(i), plan->calls[i].call_id);
+      a.call_id = call_id;
+      a.deduplicated = true;
+      a.duplicate_of = plan->calls[i].call_id;
+      a.duplicate_reason = "same tool and arguments";
+      return a;
+    }
   }
   return Status::NotFound("saga " + saga.summary.saga_id + " has no call " + Quoted(call_id));
 }
@@ -488,9 +503,11 @@ Result<CallAnswer> Engine::Call(const std::string& saga_id, const CallRequest& r
       if (!rec.ok()) return rec.status();
       auto known = AnswerCall(*rec, request.call_id);
       if (known.ok()) {
-        known->deduplicated = true;
-        known->duplicate_of = request.call_id;
-        known->duplicate_reason = "same call_id";
+        if (!known->deduplicated) {  // an alias already names the call it repeats
+          known->deduplicated = true;
+          known->duplicate_of = request.call_id;
+          known->duplicate_reason = "same call_id";
+        }
         return known;
       }
       return Refuse(CallRefusal::kBusy, "saga " + saga_id + " is busy with another call; try again",
@@ -526,9 +543,13 @@ Result<CallAnswer> Engine::Call(const std::string& saga_id, const CallRequest& r
       continue;
     }
     if (known.ok()) {
-      known->deduplicated = true;
-      known->duplicate_of = request.call_id;
-      known->duplicate_reason = "same call_id";
+      if (!known->deduplicated) {    // an alias already names the call it repeats
+        if (!known->deduplicated) {  // an alias already names the call it repeats
+          known->deduplicated = true;
+          known->duplicate_of = request.call_id;
+          known->duplicate_reason = "same call_id";
+        }
+      }
       return known;
     }
     if (*state != SagaState::kOpen) {
@@ -579,6 +600,14 @@ Result<CallAnswer> Engine::Call(const std::string& saga_id, const CallRequest& r
         if (request.decision) e.data["decision"] = request.decision->ToJson();
         e.at_ms = options_.clock->NowMs();
         b.journal.push_back(e);
+        // Bind the new call id to the step, so it answers the same later; at
+        // most max_steps of them, so a model that loops cannot grow the plan
+        // without bound (past that a repeat is still answered, unbound).
+        if (plan->aliases.size() < static_cast<size_t>(options_.limits.max_steps)) {
+          Json next = rec->spec;
+          next["open"]["aliases"].push_back({{"call_id", request.call_id}, {"step", st.step_id}});
+          b.spec = std::move(next);
+        }
         IDEM_RETURN_IF_ERROR(CommitClaimed(guard.lease(), &b));
         return a;
       }

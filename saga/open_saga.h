@@ -145,6 +145,11 @@ struct OpenPlan {
     std::string step_id;
   };
   std::vector<Call> calls;  ///< in order: calls[i] is step i
+  /// Call ids answered as a repeat of an earlier call (the same write under
+  /// a new call id): each names the step it was answered from, so GetCall and
+  /// a later repeat of that id answer as the first time. Kept in the plan
+  /// ("open.aliases"), written with the `call_deduplicated` entry.
+  std::vector<Call> aliases;
 };
 
 /// True for the plan of an open saga (a spec document with "open").

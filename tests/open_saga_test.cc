@@ -237,6 +237,16 @@ TEST_P(OpenSagaTest, TheSameWriteUnderANewCallIdIsDeduplicatedUnlessRepeat) {
   EXPECT_EQ(dup.duplicate_reason, "same tool and arguments");
   EXPECT_EQ(dup.call_id, "call_2");
   EXPECT_EQ(Calls("book"), 1);
+  // The new id is bound to the step it was answered from: asked again, or
+  // looked up, it answers the same, and it adds no second journal entry.
+  auto looked_up = e.GetCall(id, "call_2");
+  ASSERT_OK(looked_up);
+  EXPECT_EQ(looked_up->step_id, "c1");
+  EXPECT_EQ(looked_up->duplicate_of, "call_1");
+  CallAnswer dup_again = Call(e, id, "call_2", "flights.book", {{"to", "lisbon"}});
+  EXPECT_TRUE(dup_again.deduplicated);
+  EXPECT_EQ(dup_again.step_id, "c1");
+  EXPECT_EQ(Calls("book"), 1);
   // repeat: true means a second effect, under its own key.
   CallAnswer second = Call(e, id, "call_3", "flights.book", {{"to", "lisbon"}}, /*repeat=*/true);
   EXPECT_FALSE(second.deduplicated);
