@@ -16,6 +16,7 @@
 #include "cli/driver_lock.h"
 #include "cli/journal.h"
 #include "cli/keys_retire.h"
+#include "cli/mcp.h"
 #include "cli/metrics_endpoint.h"
 #include "cli/open.h"
 #include "cli/prune.h"
@@ -932,6 +933,12 @@ int RunCli(int argc, char** argv, const FrontendConfig& config) {
                     "serve HTTPS: its PEM private key, owner-only (with --tls-cert)");
   // The web UI at /ui (docs/server.md "Web UI").
   serve->add_flag("!--no-ui", lim.ui.enabled, "do not serve the web UI at /ui");
+  // MCP over Streamable HTTP at /mcp (docs/mcp.md).
+  serve->add_flag("!--no-mcp", lim.mcp.enabled, "do not serve MCP at /mcp");
+  serve->add_option("--mcp-allow-origin", lim.mcp.allowed_origins,
+                    "an Origin allowed to call /mcp besides loopback ones (repeatable)");
+  serve->add_option("--mcp-allow-host", lim.mcp.allowed_hosts,
+                    "a Host name /mcp answers to besides loopback and --listen's (repeatable)");
   serve
       ->add_option("--ui-session-idle-s", lim.ui.session_idle_ms,
                    "a web UI session unused this many seconds ends (1800)")
@@ -948,6 +955,7 @@ int RunCli(int argc, char** argv, const FrontendConfig& config) {
                     "in the journal's store");
 
   OpenCommand open_cmd(&app);  // idem open begin|call|commit|rollback (cli/open.h)
+  McpCommand mcp_cmd(&app);    // idem mcp: MCP over stdio (cli/mcp.h)
   AddBackgroundPruneFlags(serve, &o.background_prune);
   AddBackgroundPruneFlags(worker, &o.background_prune);
   PruneFlags prune_flags;
@@ -999,6 +1007,10 @@ int RunCli(int argc, char** argv, const FrontendConfig& config) {
     Status loaded = LoadHttpTools(o.tools_path, &tools);
     if (!loaded.ok()) return Fail(loaded);
   }
+  if (mcp_cmd.parsed() && !mcp_cmd.tools_path().empty()) {
+    Status loaded = LoadHttpTools(mcp_cmd.tools_path(), &tools);
+    if (!loaded.ok()) return Fail(loaded);
+  }
   if (validate->parsed()) return CmdValidate(o, tools);
 
   g_store_locator = o.db;
@@ -1009,7 +1021,7 @@ int RunCli(int argc, char** argv, const FrontendConfig& config) {
 
   bool drives = run->parsed() || recover->parsed() || resolve->parsed() || approve->parsed() ||
                 reject->parsed() || worker->parsed() || serve->parsed() ||
-                (retire && o.re_preview) || open_cmd.drives();
+                (retire && o.re_preview) || open_cmd.drives() || mcp_cmd.parsed();
   const preview_commit::TokenSigner* signer = nullptr;
   if (drives || retire) {
     auto sg = keys.Signer();
@@ -1084,6 +1096,11 @@ int RunCli(int argc, char** argv, const FrontendConfig& config) {
   if (serve->parsed()) return CmdServe(o, tools, store->get(), signer);
   if (open_cmd.parsed())
     return open_cmd.Run(tools, store->get(), LiveEngineOptions(false, signer), Fail);
+  if (mcp_cmd.parsed()) {
+    // A PostgreSQL URL may hold a password: the hint names $IDEM_DB instead.
+    const std::string cli = IsPostgres(o.db) ? "idem --db \"$IDEM_DB\"" : "idem --db " + o.db;
+    return mcp_cmd.Run(&tools, store->get(), LiveEngineOptions(false, signer), cli, Fail);
+  }
   return kExitUsage;
 }
 

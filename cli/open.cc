@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "cli/cli.h"
+#include "saga/call_view.h"
 #include "saga/engine.h"
 #include "saga/open_saga.h"
 #include "saga/views.h"
@@ -60,19 +61,7 @@ Json AnswerJson(const std::string& saga_id, const CallAnswer& a) {
   if (a.refusal != CallRefusal::kNone) {
     return {{"saga_id", saga_id}, {"refused", CallRefusalName(a.refusal)}, {"message", a.message}};
   }
-  Json j = {{"saga_id", saga_id},
-            {"call_id", a.call_id},
-            {"step_id", a.step_id},
-            {"tool", a.tool},
-            {"state", a.state},
-            {"saga_state", a.saga_state},
-            {"deduplicated", a.deduplicated}};
-  if (a.deduplicated) {
-    j["duplicate_of"] = a.duplicate_of;
-    j["reason"] = a.duplicate_reason;
-  }
-  if (!a.result.is_null()) j["result"] = a.result;
-  if (!a.error.empty()) j["error"] = a.error;
+  Json j = CallAnswerView(saga_id, a);
   if (auto approval = ApprovalView(saga_id, a.step)) {
     (*approval).erase("token");  // `idem approvals` shows tokens to whoever may approve
     j["approval"] = *approval;

@@ -53,3 +53,4 @@ npm_ci() {
   echo "$want" >"$stamp"
 }
 npm_ci clients/typescript
+npm_ci tests/mcp  # the MCP SDK, the conformance suite and Node 22 (docs/mcp.md)

@@ -21,6 +21,7 @@
 #include "storage/sqlite_store.h"
 
 #include "common/json_util.h"
+#include "mcp/http_mount.h"
 #include "observability/observability.h"
 
 namespace idem::server {
@@ -39,7 +40,8 @@ struct Server::Impl {
   std::unique_ptr<DriverPool> pool;
   std::unique_ptr<SagaWaiter> waiter;
   ServerContext ctx;
-  std::unique_ptr<UiService> ui;  // before `http`: its routes use it
+  std::unique_ptr<UiService> ui;            // before `http`: its routes use it
+  std::unique_ptr<mcp::HttpTransport> mcp;  // /mcp (mcp/http.h); before `http` too
   std::unique_ptr<HttpListener> http;
   bool started = false;
   bool stopped = false;
@@ -166,6 +168,10 @@ Result<std::unique_ptr<Server>> Server::Create(storage::Store* store, const Tool
   std::vector<Route> routes = ApiRoutes(&impl->ctx);
   impl->ui = std::make_unique<UiService>(&impl->ctx, impl->options.ui, impl->clock);
   for (Route& r : impl->ui->Routes()) routes.push_back(std::move(r));
+  if (impl->options.mcp.enabled) {
+    impl->mcp = mcp::MountOnServer(&impl->ctx);
+    for (Route& r : impl->mcp->Routes()) routes.push_back(std::move(r));
+  }
   impl->http = std::make_unique<HttpListener>(std::move(routes), lo, std::move(hooks));
   return std::unique_ptr<Server>(new Server(std::move(impl)));
 }

@@ -101,6 +101,13 @@ struct UiOptions {
   int64_t sign_in_window_ms = 60'000;
 };
 
+/// MCP over Streamable HTTP at /mcp (mcp/http.h; docs/mcp.md).
+struct McpHttpOptions {
+  bool enabled = true;
+  std::vector<std::string> allowed_origins;  ///< besides loopback origins
+  std::vector<std::string> allowed_hosts;    ///< Host names besides loopback and --listen's
+};
+
 struct ServerOptions {
   std::string host = "127.0.0.1";
   int port = 8080;  ///< 0: an ephemeral port (see Server::port)
@@ -147,6 +154,7 @@ struct ServerOptions {
   /// POST /v1/sagas is 422 saga-too-large and nothing is written.
   SagaLimits limits;
   UiOptions ui;
+  McpHttpOptions mcp;
 };
 
 class Server {
