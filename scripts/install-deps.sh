@@ -53,3 +53,4 @@ npm_ci() {
   echo "$want" >"$stamp"
 }
 npm_ci clients/typescript
+npm_ci tests/mcp_upstream
