@@ -22,12 +22,21 @@ McpCommand::McpCommand(CLI::App* app) {
   mcp_->add_option("--spec", spec_paths_, "a saga spec file offered as a tool (repeatable)");
   mcp_->add_option("--page-size", page_size_, "tools per tools/list page (100)")
       ->check(CLI::Range(1, 1000));
+  AddGatewayFlags(mcp_, &gateway_);
 }
 
 bool McpCommand::parsed() const { return mcp_->parsed(); }
 
 int McpCommand::Run(ToolRegistry* tools, storage::Store* store, const EngineOptions& engine_options,
                     const std::string& cli, int (*fail)(const Status&)) {
+  // Gateway mode: the upstream's tools join the registry before the specs
+  // are read (a spec may name them); the handle keeps the upstream open.
+  std::shared_ptr<void> upstream;
+  if (GatewayRequested(gateway_)) {
+    auto connected = ConnectGateway(gateway_, tools);
+    if (!connected.ok()) return fail(connected.status());
+    upstream = std::move(connected).value();
+  }
   std::vector<mcp::SpecSource> specs;
   for (const std::string& path : spec_paths_) {
     std::ifstream in(path, std::ios::binary);

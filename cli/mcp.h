@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "cli/mcp_gateway.h"
 #include "saga/options.h"
 #include "storage/store.h"
 #include "tools/tool.h"
@@ -49,6 +50,7 @@ class McpCommand {
  private:
   CLI::App* mcp_ = nullptr;
   std::string tools_path_;
+  GatewayFlags gateway_;  ///< --upstream, --upstream-url, --gateway-config
   std::vector<std::string> spec_paths_;
   size_t page_size_ = 100;
 };

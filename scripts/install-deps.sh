@@ -54,3 +54,4 @@ npm_ci() {
 }
 npm_ci clients/typescript
 npm_ci tests/mcp  # the MCP SDK, the conformance suite and Node 22 (docs/mcp.md)
+npm_ci tests/mcp_upstream
