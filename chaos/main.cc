@@ -9,6 +9,7 @@
 //
 // Exit codes: 0 no finding; 1 findings (the table says which); 2 bad usage;
 // 3 the sweep could not run, or ran fewer SIGKILLs than --min-kills.
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
@@ -161,6 +162,9 @@ int main(int argc, char** argv) {
     cfg.source_dir = source;
     cfg.work_dir = work + "/" + r.store;
     cfg.verbose = verbose;
+    // The end phase's bound grows with the sweep: the person decides for
+    // about one saga in three, each decision a process or a request.
+    cfg.settle_timeout_s = std::max(180, 2 * sagas);
     chaos::Runner runner(cfg, plan);
     idem::Status s = runner.Execute();
     if (!s.ok()) {

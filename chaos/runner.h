@@ -62,7 +62,7 @@ struct RunnerConfig {
   std::string work_dir;          ///< created; the journal, ledger, logs
   bool verbose = false;          ///< one line per command on stdout
   int lease_ms = 1500;           ///< the workers' lease (PostgreSQL)
-  int settle_timeout_s = 180;    ///< the end phase's bound
+  int settle_timeout_s = 180;    ///< the end phase's bound (idem-chaos: 2 s per saga, at least 180)
 };
 
 /// What happened, for the report.
