@@ -44,7 +44,7 @@ const std::vector<std::string>& CheckNames() {
   static const std::vector<std::string> kNames = {
       "duplicate_effects",     "lost_sagas",          "intent_key_split", "orphan_effects",
       "missing_compensations", "effects_left_behind", "missing_effects",  "not_terminal_or_parked",
-      "parked_without_reason", "parked_unsettled"};
+      "parked_without_reason", "parked_unsettled",    "late_writes"};
   return kNames;
 }
 
@@ -59,6 +59,7 @@ CheckResult Check(const CheckData& data, const CheckOptions& options) {
   CheckResult r;
   r.sagas = static_cast<int>(data.sagas.size());
   r.effects = static_cast<int>(data.effects.size());
+  r.journal_writes = static_cast<int>(data.journal_writes.size());
   std::set<std::string> acked_ids;
   for (const auto& a : data.acked) acked_ids.insert(a.saga_id);
   r.acked = static_cast<int>(acked_ids.size());
@@ -159,6 +160,17 @@ CheckResult Check(const CheckData& data, const CheckOptions& options) {
     }
   }
 
+  // A leasing process writes only while it holds the saga's lease: the
+  // fence (lease epoch) refuses a write after someone else claimed it.
+  for (const auto& w : data.journal_writes) {
+    if (!w.writer.empty() && w.writer != w.lease_owner) {
+      add("late_writes", w.saga_id,
+          "journal entry " + std::to_string(w.seq) + " (" + w.event + ") written by " + w.writer +
+              " while " + (w.lease_owner.empty() ? "nobody" : w.lease_owner) +
+              " held the saga's lease");
+    }
+  }
+
   for (const auto& name : CheckNames()) {
     int n = 0;
     for (const auto& f : r.findings) n += f.check == name ? 1 : 0;
@@ -167,19 +179,63 @@ CheckResult Check(const CheckData& data, const CheckOptions& options) {
   return r;
 }
 
-Result<CheckData> LoadCheckData(const std::string& locator, const std::vector<std::string>& ledgers,
-                                const std::string& acked_file) {
+Result<std::vector<JournalWrite>> ReadJournalAudit(const std::string& audit_file) {
+  std::ifstream in(audit_file);
+  if (!in) return Status::NotFound("audit file " + audit_file + ": cannot be read");
+  std::vector<JournalWrite> out;
+  std::string line;
+  int n = 0;
+  while (std::getline(in, line)) {
+    ++n;
+    if (line.empty()) continue;
+    std::vector<std::string> f;
+    size_t pos = 0;
+    while (true) {
+      size_t tab = line.find('\t', pos);
+      f.push_back(line.substr(pos, tab == std::string::npos ? std::string::npos : tab - pos));
+      if (tab == std::string::npos) break;
+      pos = tab + 1;
+    }
+    JournalWrite w;
+    bool ok = f.size() == 5 && !f[0].empty() &&
+              f[0].find_first_not_of("0123456789") == std::string::npos && f[0].size() < 19;
+    if (!ok) {
+      return Status::InvalidArgument(audit_file + ":" + std::to_string(n) +
+                                     ": expected SEQ<TAB>SAGA<TAB>EVENT<TAB>WRITER<TAB>OWNER");
+    }
+    w.seq = std::stoll(f[0]);
+    w.saga_id = f[1];
+    w.event = f[2];
+    w.writer = f[3];
+    w.lease_owner = f[4];
+    out.push_back(std::move(w));
+  }
+  return out;
+}
+
+Result<CheckData> LoadCheckData(const std::vector<std::string>& locators,
+                                const std::vector<std::string>& ledgers,
+                                const std::string& acked_file, const std::string& audit_file) {
   CheckData data;
-  auto store = storage::OpenStore(locator);
-  if (!store.ok()) return store.status();
-  storage::SagaFilter filter;
-  filter.limit = 1 << 30;
-  auto list = (*store)->ListSagas(filter);
-  if (!list.ok()) return list.status();
-  for (const auto& sum : *list) {
-    auto rec = (*store)->LoadSaga(sum.saga_id);
-    if (!rec.ok()) return rec.status();
-    data.sagas.push_back(std::move(*rec));
+  std::set<std::string> seen;
+  for (const auto& locator : locators) {
+    auto store = storage::OpenStore(locator);
+    if (!store.ok()) return store.status();
+    storage::SagaFilter filter;
+    filter.limit = 1 << 30;
+    auto list = (*store)->ListSagas(filter);
+    if (!list.ok()) return list.status();
+    for (const auto& sum : *list) {
+      if (!seen.insert(sum.saga_id).second) continue;
+      auto rec = (*store)->LoadSaga(sum.saga_id);
+      if (!rec.ok()) return rec.status();
+      data.sagas.push_back(std::move(*rec));
+    }
+  }
+  if (!audit_file.empty()) {
+    auto writes = ReadJournalAudit(audit_file);
+    if (!writes.ok()) return writes.status();
+    data.journal_writes = std::move(*writes);
   }
   for (const auto& path : ledgers) {
     auto ledger = travel::Ledger::Open(path, /*create=*/false);

@@ -28,6 +28,18 @@
 //   parked_without_reason  needs_attention with an empty reason
 //   parked_unsettled       with after_resolve: a saga still waiting for a
 //                          person after the person's pass
+//   late_writes            a journal entry written by a process that did not
+//                          hold the saga's lease at that moment (a worker
+//                          or server resumed after SIGSTOP past its lease
+//                          whose write passed the fence); needs the journal
+//                          audit of a PostgreSQL store (journal_writes)
+//
+// Open sagas are checked by the same rows: a call's step has the key
+// `<saga>/c<n>` and its compensation in the plan, so a call id repeated by
+// the model that booked twice is a duplicate effect, and a rolled-back open
+// saga (cancelled) with a booking not undone is a missing compensation or
+// an effect left behind. Branches that completed after a sibling failed are
+// steps like any other: each must be undone in the ledger.
 //
 //   chaos::CheckData data = ...;              // or LoadCheckData(...)
 //   chaos::CheckResult r = chaos::Check(data, {});
@@ -54,11 +66,22 @@ struct AckedSaga {
   std::string intent_key;
 };
 
+/// One journal entry as the store's audit trigger saw it being written
+/// (Runner installs it on PostgreSQL: InstallJournalAudit).
+struct JournalWrite {
+  int64_t seq = 0;
+  std::string saga_id;
+  std::string event;
+  std::string writer;       ///< the writing process's lease owner name ("": not a leasing process)
+  std::string lease_owner;  ///< the saga's lease owner when the entry was written
+};
+
 /// What the checker reads.
 struct CheckData {
   std::vector<storage::SagaRecord> sagas;
   std::vector<travel::LedgerEffect> effects;  ///< every ledger's effects
   std::vector<AckedSaga> acked;
+  std::vector<JournalWrite> journal_writes;  ///< empty without an audit
 };
 
 struct CheckOptions {
@@ -80,6 +103,7 @@ struct CheckResult {
   int sagas = 0;
   int effects = 0;
   int acked = 0;
+  int journal_writes = 0;             ///< audited journal entries (0: no audit)
   std::map<std::string, int> states;  ///< sagas per state
   bool ok() const { return findings.empty(); }
   int Count(const std::string& check) const;
@@ -91,12 +115,19 @@ const std::vector<std::string>& CheckNames();
 /// Runs every check.
 CheckResult Check(const CheckData& data, const CheckOptions& options);
 
-/// Reads every saga of the store at `locator`, the effects of each ledger,
-/// and the acknowledged sagas of `acked_file` (lines "SAGA_ID INTENT_KEY";
-/// "" for none). NotFound naming the file for a ledger or acked file that
-/// does not exist; the store's errors as they are.
-Result<CheckData> LoadCheckData(const std::string& locator, const std::vector<std::string>& ledgers,
-                                const std::string& acked_file);
+/// Reads every saga of the stores at `locators` (a saga in two of them is
+/// read once), the effects of each ledger, the acknowledged sagas of
+/// `acked_file` (lines "SAGA_ID INTENT_KEY"; "" for none) and the journal
+/// audit file `audit_file` (journal_writes, as DumpJournalAudit writes it;
+/// "" for none). NotFound naming the file for a ledger, acked or audit file
+/// that does not exist; the store's errors as they are.
+Result<CheckData> LoadCheckData(const std::vector<std::string>& locators,
+                                const std::vector<std::string>& ledgers,
+                                const std::string& acked_file, const std::string& audit_file = "");
+
+/// Parses the audit file: lines "SEQ<TAB>SAGA<TAB>EVENT<TAB>WRITER<TAB>OWNER".
+/// InvalidArgument naming FILE:LINE for a malformed line.
+Result<std::vector<JournalWrite>> ReadJournalAudit(const std::string& audit_file);
 
 /// Appends "SAGA_ID INTENT_KEY\n" to `acked_file` (the runner's record).
 Status AppendAcked(const std::string& acked_file, const AckedSaga& acked);

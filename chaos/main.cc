@@ -3,11 +3,13 @@
 //   idem-chaos sweep [--seed N] [--sagas N] [--store sqlite|postgres|both]
 //                    [--pg-restarts N] [--min-kills N] [--work DIR] [--keep]
 //   idem-chaos plan  [--seed N] [--sagas N] [--store ...]   the plan and its digest
-//   idem-chaos check --store LOCATOR --ledger PATH [--ledger PATH...]
-//                    [--acked FILE] [--after-resolve]
+//   idem-chaos check --store LOCATOR [--store LOCATOR...] --ledger PATH
+//                    [--ledger PATH...] [--acked FILE] [--audit FILE]
+//                    [--after-resolve]
 //
 // Exit codes: 0 no finding; 1 findings (the table says which); 2 bad usage;
 // 3 the sweep could not run, or ran fewer SIGKILLs than --min-kills.
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
@@ -26,9 +28,9 @@ namespace chaos = idem::chaos;
 
 namespace {
 
-int CmdCheck(const std::string& store, const std::vector<std::string>& ledgers,
-             const std::string& acked, bool after_resolve) {
-  auto data = chaos::LoadCheckData(store, ledgers, acked);
+int CmdCheck(const std::vector<std::string>& stores, const std::vector<std::string>& ledgers,
+             const std::string& acked, const std::string& audit, bool after_resolve) {
+  auto data = chaos::LoadCheckData(stores, ledgers, acked, audit);
   if (!data.ok()) {
     std::fprintf(stderr, "error: %s\n", data.status().ToString().c_str());
     return 2;
@@ -36,7 +38,7 @@ int CmdCheck(const std::string& store, const std::vector<std::string>& ledgers,
   chaos::StoreReport r;
   r.store = "store";
   r.check = chaos::Check(*data, {after_resolve});
-  std::printf("store %s\n", store.c_str());
+  for (const auto& store : stores) std::printf("store %s\n", store.c_str());
   std::printf("%s", chaos::FormatTable({r}).c_str());
   std::printf("%s", chaos::FormatFindings({r}).c_str());
   std::printf("%s", chaos::FormatFigures({r}).c_str());
@@ -64,6 +66,8 @@ int main(int argc, char** argv) {
   bool keep = false;
   bool verbose = false;
   std::string travel_booking = IDEM_BINARY_DIR "/examples/travel_booking/travel-booking";
+  std::string travel_providers = IDEM_BINARY_DIR "/examples/travel_booking/travel-providers";
+  std::string idem_binary = IDEM_BINARY_DIR "/idem";
   std::string source = IDEM_SOURCE_DIR;
 
   auto add_plan_options = [&](CLI::App* c) {
@@ -82,17 +86,23 @@ int main(int argc, char** argv) {
   sweep->add_flag("--verbose", verbose, "one line per process");
   sweep->add_option("--travel-booking", travel_booking, "the travel-booking binary");
   sweep->add_option("--source", source, "the source tree (specs, scripts)");
+  sweep->add_option("--idem", idem_binary, "the idem binary (`serve`)");
+  sweep->add_option("--travel-providers", travel_providers, "the providers' HTTP server");
   auto* plan_cmd = app.add_subcommand("plan", "print the plan and its digest, run nothing");
   add_plan_options(plan_cmd);
 
-  std::string check_store, acked;
-  std::vector<std::string> ledgers;
+  std::string acked, audit;
+  std::vector<std::string> check_stores, ledgers;
   bool after_resolve = false;
   auto* check = app.add_subcommand("check", "check a journal against the providers' ledger(s)");
-  check->add_option("--store", check_store, "the journal: a SQLite file or postgresql://...")
+  check
+      ->add_option("--store", check_stores,
+                   "a journal: a SQLite file or postgresql://... (repeatable)")
       ->required();
   check->add_option("--ledger", ledgers, "a providers' ledger (repeatable)")->required();
   check->add_option("--acked", acked, "the sagas acknowledged to clients (SAGA_ID INTENT_KEY)");
+  check->add_option("--audit", audit,
+                    "the journal audit (SEQ, SAGA, EVENT, WRITER, OWNER per line, tab-separated)");
   check->add_flag("--after-resolve", after_resolve,
                   "a person has been through: sagas still waiting for one are findings");
 
@@ -102,7 +112,7 @@ int main(int argc, char** argv) {
     int rc = app.exit(e);
     return rc == 0 ? 0 : 2;
   }
-  if (*check) return CmdCheck(check_store, ledgers, acked, after_resolve);
+  if (*check) return CmdCheck(check_stores, ledgers, acked, audit, after_resolve);
 
   if (seed == 0) seed = static_cast<uint64_t>(std::time(nullptr)) ^ (uint64_t(getpid()) << 32);
   if (*plan_cmd) {
@@ -147,9 +157,14 @@ int main(int argc, char** argv) {
     std::fflush(stdout);
     chaos::RunnerConfig cfg;
     cfg.travel_booking = travel_booking;
+    cfg.idem = idem_binary;
+    cfg.travel_providers = travel_providers;
     cfg.source_dir = source;
     cfg.work_dir = work + "/" + r.store;
     cfg.verbose = verbose;
+    // The end phase's bound grows with the sweep: the person decides for
+    // about one saga in three, each decision a process or a request.
+    cfg.settle_timeout_s = std::max(180, 2 * sagas);
     chaos::Runner runner(cfg, plan);
     idem::Status s = runner.Execute();
     if (!s.ok()) {
@@ -157,7 +172,8 @@ int main(int argc, char** argv) {
       broken = true;
       continue;
     }
-    auto data = chaos::LoadCheckData(runner.locator(), {runner.ledger()}, runner.acked_file());
+    auto data = chaos::LoadCheckData(runner.locators(), {runner.ledger()}, runner.acked_file(),
+                                     runner.audit_file());
     runner.Shutdown();
     if (!data.ok()) {
       std::fprintf(stderr, "error: %s: %s\n", r.store.c_str(), data.status().ToString().c_str());

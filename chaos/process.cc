@@ -45,7 +45,7 @@ std::vector<char*> Pointers(std::vector<std::string>& items) {
 }  // namespace
 
 Child Child::Spawn(const std::vector<std::string>& argv, const std::string& out,
-                   const std::string& err, bool append) {
+                   const std::string& err, bool append, const std::vector<std::string>& extra_env) {
   const int flags = O_WRONLY | O_CREAT | (append ? O_APPEND : O_TRUNC);
   // Truncate here, not only in the child: a child killed before its open()
   // must not leave the previous child's output to be read as its own.
@@ -57,6 +57,7 @@ Child Child::Spawn(const std::vector<std::string>& argv, const std::string& out,
   }
   std::vector<std::string> args = argv;
   std::vector<std::string> env = CleanEnvironment();
+  env.insert(env.end(), extra_env.begin(), extra_env.end());
   std::vector<char*> arg_ptrs = Pointers(args);
   std::vector<char*> env_ptrs = Pointers(env);
   Child c;

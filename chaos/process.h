@@ -37,10 +37,12 @@ class Child {
  public:
   Child() = default;
   /// Starts argv[0] (a path) with the arguments; stdout and stderr go to
-  /// the files (truncated, or with `append` appended to). A child that
-  /// cannot start exits 127 at once (its stderr says why).
+  /// the files (truncated, or with `append` appended to), `extra_env`
+  /// ("NAME=VALUE") added to its environment. A child that cannot start
+  /// exits 127 at once (its stderr says why).
   static Child Spawn(const std::vector<std::string>& argv, const std::string& out,
-                     const std::string& err, bool append = false);
+                     const std::string& err, bool append = false,
+                     const std::vector<std::string>& extra_env = {});
   ~Child();
   Child(Child&& other) noexcept;
   Child& operator=(Child&& other) noexcept;

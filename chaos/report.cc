@@ -50,6 +50,16 @@ std::string FormatTable(const std::vector<StoreReport>& stores) {
     figure("(SIGKILLs)", [](const StoreReport& s) { return std::to_string(s.stats.TotalKills()); });
     figure("(PostgreSQL restarts)",
            [](const StoreReport& s) { return std::to_string(s.stats.pg_restarts); });
+    auto kills = [](const StoreReport& s, const char* kind) {
+      auto it = s.stats.kills.find(kind);
+      return std::to_string(it == s.stats.kills.end() ? 0 : it->second);
+    };
+    figure("(servers killed)", [&](const StoreReport& s) { return kills(s, "serve"); });
+    figure("(providers killed)", [&](const StoreReport& s) { return kills(s, "provider"); });
+    figure("(kills in branches)",
+           [](const StoreReport& s) { return std::to_string(s.stats.branch_kills); });
+    figure("(late-write audit rows)",
+           [](const StoreReport& s) { return std::to_string(s.check.journal_writes); });
   }
   return out;
 }
@@ -85,6 +95,8 @@ std::string FormatFigures(const std::vector<StoreReport>& stores) {
     for (const auto& [kind, n] : s.stats.commands) out << " " << kind << "=" << n;
     out << "\n  workers that ended by themselves:";
     for (const auto& [how, n] : s.stats.worker_exits) out << " " << how << "=" << n;
+    out << "\n  final HTTP answers by kind:";
+    for (const auto& [what, n] : s.stats.http_answers) out << " " << what << "=" << n;
     out << "\n  typical ms by kind:";
     for (const auto& [kind, ms] : s.stats.typical_ms) out << " " << kind << "=" << ms;
     out << "\n  PostgreSQL restarts=" << s.stats.pg_restarts

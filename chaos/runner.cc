@@ -14,12 +14,6 @@
 
 namespace idem::chaos {
 
-struct Runner::Aux {
-  std::string kind;
-  Child child;
-  int64_t kill_ms = -1;  // absolute; -1: never
-};
-
 int RunStats::TotalKills() const {
   int n = 0;
   for (const auto& [kind, k] : kills) n += k;
@@ -44,8 +38,15 @@ std::vector<std::string> Lines(const std::string& text) {
   return out;
 }
 
-// The saga id a `run` ("saga ID (new, ...)") or `submit` ("ID new") printed.
+// The saga id a `run` ("saga ID (new, ...)"), a `submit` ("ID new") or an
+// `open begin` ({"saga_id": ID, ...}) printed.
 std::string PrintedSagaId(const std::string& out) {
+  if (out.find("\"saga_id\"") != std::string::npos) {
+    auto doc = ParseJson(out, "output");
+    if (doc.ok() && doc->is_object() && (*doc)["saga_id"].is_string()) {
+      return (*doc)["saga_id"].get<std::string>();
+    }
+  }
   for (const auto& line : Lines(out)) {
     if (StartsWith(line, "saga ") && line.find(" (") != std::string::npos) {
       return line.substr(5, line.find(" (") - 5);
@@ -58,7 +59,109 @@ std::string PrintedSagaId(const std::string& out) {
   return "";
 }
 
+// Milliseconds of the wall clock (the ledger's timestamps are wall time).
+int64_t WallMs() {
+  using namespace std::chrono;
+  return duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count();
+}
+
+// "YYYY-MM-DDTHH:MM:SS.mmmZ" (FormatTimeMs) as ms since the epoch; -1 if not.
+int64_t ParseTimeMs(const std::string& text) {
+  std::tm tm{};
+  int ms = 0;
+  if (std::sscanf(text.c_str(), "%d-%d-%dT%d:%d:%d.%dZ", &tm.tm_year, &tm.tm_mon, &tm.tm_mday,
+                  &tm.tm_hour, &tm.tm_min, &tm.tm_sec, &ms) != 7) {
+    return -1;
+  }
+  tm.tm_year -= 1900;
+  tm.tm_mon -= 1;
+  return static_cast<int64_t>(timegm(&tm)) * 1000 + ms;
+}
+
+// The arguments of an open saga's call of `tool` (the trip's input).
+std::string OpenCallArgs(const std::string& tool) {
+  if (tool == "flights.reserve") {
+    return R"({"traveller": "Ana", "from": "LIS", "to": "NRT", "date": "2026-12-01",)"
+           R"( "return_date": "2026-12-08", "currency": "EUR"})";
+  }
+  if (tool == "hotels.book") {
+    return R"({"traveller": "Ana", "city": "Tokyo", "check_in": "2026-12-01",)"
+           R"( "check_out": "2026-12-08", "currency": "EUR"})";
+  }
+  return R"({"traveller": "Ana", "city": "Tokyo", "from": "2026-12-01", "until": "2026-12-08"})";
+}
+
 }  // namespace
+
+void Runner::MeasureBranches(const std::string& saga_id, int64_t wall0) {
+  if (saga_id.empty() || durations_["branches"].second >= 5) return;
+  auto ledger = travel::Ledger::Open(ledger_, /*create=*/false);
+  if (!ledger.ok()) return;
+  auto calls = (*ledger)->Calls();
+  if (!calls.ok()) return;
+  int64_t first = -1;
+  for (const auto& c : *calls) {
+    if (c.operation == "lookup" || c.idempotency_key.rfind(saga_id + "/", 0) != 0) continue;
+    if (c.provider != "flights" && c.provider != "hotels" && c.provider != "cars") continue;
+    int64_t at = ParseTimeMs(c.at);
+    if (at >= 0 && (first < 0 || at < first)) first = at;
+  }
+  if (first < wall0) return;
+  durations_["branches"].first += first - wall0;
+  durations_["branches"].second += 1;
+}
+
+void Runner::RunOpenCommand(const SagaPlan& saga, const Command& cmd,
+                            std::vector<std::string> argv) {
+  std::string out;
+  if (cmd.verb == "open_begin") {
+    for (const std::string& a :
+         {"open", "begin", "--intent-key", saga.intent_key.c_str(), "--tool", "flights.reserve",
+          "--tool", "hotels.book", "--tool", "cars.rent"}) {
+      argv.push_back(a);
+    }
+    Exit e = Supervise("open_begin", argv, cmd.kill_at, cmd.during, "", &out);
+    NoteAck(out, saga.intent_key);
+    if (e.killed && PrintedSagaId(out).empty()) {  // the agent begins again, same intent key
+      Supervise("open_begin", argv, -1, {}, "", &out);
+      NoteAck(out, saga.intent_key);
+    }
+    return;
+  }
+  const std::string id = SagaIdFor(saga.intent_key);
+  if (id.empty()) return;
+  if (cmd.verb == "open_call") {
+    for (const std::string& a :
+         {std::string("open"), std::string("call"), id, std::string("--call-id"), cmd.call_id,
+          std::string("--tool"), cmd.tool, std::string("--args"), OpenCallArgs(cmd.tool)}) {
+      argv.push_back(a);
+    }
+  } else if (cmd.verb == "open_commit") {
+    for (const std::string& a : {std::string("open"), std::string("commit"), id,
+                                 std::string("--as"), std::string("chaos")}) {
+      argv.push_back(a);
+    }
+  } else {
+    for (const std::string& a :
+         {std::string("open"), std::string("rollback"), id, std::string("--as"),
+          std::string("chaos"), std::string("--reason"), std::string("chaos sweep")}) {
+      argv.push_back(a);
+    }
+  }
+  Exit e = Supervise(cmd.verb, argv, cmd.kill_at, cmd.during, id, &out);
+  // Killed mid-call: the agent (its loop restarted) sends the same call
+  // again, with the same call id; a commit or rollback likewise.
+  if (e.killed) {
+    std::vector<std::string> again(argv.begin(), argv.end());
+    Supervise(cmd.verb, again, -1, {}, id, &out);
+  }
+}
+
+std::vector<std::string> Runner::locators() const {
+  std::vector<std::string> out = {locator_};
+  if (!http_locator_.empty() && http_locator_ != locator_) out.push_back(http_locator_);
+  return out;
+}
 
 Runner::Runner(RunnerConfig config, Plan plan)
     : config_(std::move(config)), plan_(std::move(plan)) {}
@@ -89,8 +192,9 @@ Status Runner::SetUp() {
   std::remove(acked_.c_str());
   if (!plan_.settings.postgres) {
     locator_ = config_.work_dir + "/journal.db";
-    return Status::Ok();
+    return SetUpHttp();
   }
+  Status s;
   pg_dir_ = config_.work_dir + "/pg";
   Child c = Child::Spawn(
       {"/bin/bash", config_.source_dir + "/scripts/pg-test-server.sh", "start", pg_dir_},
@@ -107,20 +211,26 @@ Status Runner::SetUp() {
   if (locator_.empty()) return Status::Internal("chaos: no URL in " + pg_dir_ + "/url");
   workers_.resize(kWorkers);
   stopped_until_.assign(kWorkers, 0);
+  s = InstallAudit();
+  if (!s.ok()) return s;
   for (int i = 0; i < kWorkers; ++i) StartWorker(i);
-  return Status::Ok();
+  return SetUpHttp();
 }
 
 void Runner::StartWorker(int i) {
   auto argv = Base();
   for (const char* a : {"worker", "--owner"}) argv.push_back(a);
-  argv.push_back("chaos-w" + std::to_string(i) + "-" + std::to_string(worker_spawns_++));
+  const std::string owner = "chaos-w" + std::to_string(i) + "-" + std::to_string(worker_spawns_++);
+  argv.push_back(owner);
   for (const std::string& a : {std::string("--concurrency"), std::string("2"),
                                std::string("--lease-ms"), std::to_string(config_.lease_ms)}) {
     argv.push_back(a);
   }
+  // Its connections name it (libpq's application_name): the journal audit
+  // records which worker wrote each entry.
   workers_[i] = Child::Spawn(argv, LogPath("worker" + std::to_string(i) + ".out"),
-                             LogPath("worker" + std::to_string(i) + ".err"), /*append=*/true);
+                             LogPath("worker" + std::to_string(i) + ".err"), /*append=*/true,
+                             {"PGAPPNAME=" + owner});
   stopped_until_[i] = 0;
   stats_.commands["worker"] += 1;
 }
@@ -140,6 +250,7 @@ void Runner::StopWorker(int i) {
 }
 
 void Runner::Maintain() {
+  MaintainHttp();
   for (int i = 0; i < static_cast<int>(workers_.size()); ++i) {
     if (stopped_until_[i] != 0 && NowMs() >= stopped_until_[i]) {
       workers_[i].Continue();
@@ -177,11 +288,11 @@ void Runner::NoteAck(const std::string& out, const std::string& intent_key) {
   (void)AppendAcked(acked_, {id, intent_key});
 }
 
-std::string Runner::SagaIdFor(const std::string& intent_key) {
+std::string Runner::SagaIdFor(const std::string& intent_key, const std::string& locator) {
   auto it = saga_ids_.find(intent_key);
   if (it != saga_ids_.end()) return it->second;
   // Killed before it printed: the journal may still have it.
-  auto store = storage::OpenStore(locator_);
+  auto store = storage::OpenStore(locator.empty() ? locator_ : locator);
   if (!store.ok()) return "";
   storage::SagaFilter f;
   f.limit = 1 << 30;
@@ -196,8 +307,8 @@ std::string Runner::SagaIdFor(const std::string& intent_key) {
   return "";
 }
 
-std::string Runner::TokenFor(const std::string& saga_id) {
-  auto store = storage::OpenStore(locator_);
+std::string Runner::TokenFor(const std::string& saga_id, const std::string& locator) {
+  auto store = storage::OpenStore(locator.empty() ? locator_ : locator);
   if (!store.ok()) return "";
   auto rec = (*store)->LoadSaga(saga_id);
   if (!rec.ok()) return "";
@@ -235,7 +346,7 @@ void Runner::Fire(const Event& e, const std::string& saga_id, std::vector<Aux>* 
 
 Exit Runner::Supervise(const std::string& kind, const std::vector<std::string>& argv,
                        double kill_at, const std::vector<Event>& during, const std::string& saga_id,
-                       std::string* out) {
+                       std::string* out, int64_t kill_offset_ms) {
   const std::string out_path = LogPath(kind + ".out");
   Child child = Child::Spawn(argv, out_path, LogPath(kind + ".err"));
   stats_.commands[kind] += 1;
@@ -243,7 +354,8 @@ Exit Runner::Supervise(const std::string& kind, const std::vector<std::string>& 
   const int64_t typ = Typical(kind);
   // Unmeasured yet: nothing is timed against it; this run measures.
   const int64_t scale = typ >= 0 ? std::max<int64_t>(typ, 5) : 200;
-  const int64_t kill_ms = (kill_at >= 0 && typ >= 0) ? start + int64_t(kill_at * scale) : -1;
+  int64_t kill_ms = (kill_at >= 0 && typ >= 0) ? start + int64_t(kill_at * scale) : -1;
+  if (kill_offset_ms >= 0) kill_ms = start + kill_offset_ms;
   std::vector<std::pair<int64_t, const Event*>> events;
   for (const auto& e : during) events.push_back({start + int64_t(e.at * scale), &e});
   std::sort(events.begin(), events.end(),
@@ -314,6 +426,7 @@ Exit Runner::Supervise(const std::string& kind, const std::vector<std::string>& 
 }
 
 void Runner::RunCommand(const SagaPlan& saga, const Command& cmd) {
+  if (StartsWith(cmd.verb, "http_")) return RunHttpCommand(saga, cmd);
   const Scenario* sc = FindScenario(saga.scenario);
   auto argv = Base();
   for (const auto& f : cmd.faults) {
@@ -325,13 +438,28 @@ void Runner::RunCommand(const SagaPlan& saga, const Command& cmd) {
     argv.push_back(std::to_string(cmd.latency_ms));
   }
   std::string out;
+  if (StartsWith(cmd.verb, "open_")) return RunOpenCommand(saga, cmd, argv);
   if (cmd.verb == "run" || cmd.verb == "submit") {
     for (const std::string& a :
          {cmd.verb, config_.source_dir + "/" + sc->spec, std::string("--input"), input_,
           std::string("--intent-key"), saga.intent_key}) {
       argv.push_back(a);
     }
-    Exit e = Supervise(cmd.verb, argv, cmd.kill_at, cmd.during, "", &out);
+    // A kill in the parallel branches' window: from the measured moment the
+    // first branch reaches its provider, uniformly across the providers'
+    // latency (the time all three are in flight). Unmeasured: this run
+    // measures, unkilled.
+    const int64_t branches = Typical("branches");
+    int64_t offset = -1;
+    double kill_at = cmd.kill_at;
+    if (cmd.kill_in_branches) {
+      kill_at = -1;
+      if (branches >= 0) offset = branches + int64_t(cmd.kill_at / 1.2 * cmd.latency_ms);
+    }
+    const int64_t wall0 = WallMs();
+    Exit e = Supervise(cmd.verb, argv, kill_at, cmd.during, "", &out, offset);
+    if (cmd.kill_in_branches && !e.killed) MeasureBranches(PrintedSagaId(out), wall0);
+    if (cmd.kill_in_branches && offset >= 0 && e.killed) stats_.branch_kills += 1;
     NoteAck(out, saga.intent_key);
     if (e.killed && PrintedSagaId(out).empty()) {
       // Killed before it answered: the agent submits again with the same
@@ -389,15 +517,17 @@ bool Runner::RecoverUntilQuiet(int64_t deadline_ms) {
     // Sagas still moving (leased by a process that died, or driven by a
     // worker) show as pending/running/compensating in the store.
     bool busy = false;
-    auto store = storage::OpenStore(locator_);
-    if (store.ok()) {
-      storage::SagaFilter f;
-      f.states = {"pending", "running", "compensating"};
-      f.limit = 1;
-      auto list = (*store)->ListSagas(f);
-      busy = !list.ok() || !list->empty();
-    } else {
-      busy = true;
+    for (const auto& locator : locators()) {
+      auto store = storage::OpenStore(locator);
+      if (store.ok()) {
+        storage::SagaFilter f;
+        f.states = {"pending", "running", "compensating"};
+        f.limit = 1;
+        auto list = (*store)->ListSagas(f);
+        busy = busy || !list.ok() || !list->empty();
+      } else {
+        busy = true;
+      }
     }
     if (!moved && !busy && !e.killed) return true;
     if (!moved) {
@@ -411,7 +541,13 @@ bool Runner::RecoverUntilQuiet(int64_t deadline_ms) {
 }
 
 int Runner::PersonPass() {
-  auto store_r = storage::OpenStore(locator_);
+  int acted = 0;
+  for (const auto& locator : locators()) acted += PersonPass(locator);
+  return acted;
+}
+
+int Runner::PersonPass(const std::string& locator) {
+  auto store_r = storage::OpenStore(locator);
   if (!store_r.ok()) return 0;
   auto& store = *store_r;
   auto ledger_r = travel::Ledger::Open(ledger_, /*create=*/true);
@@ -421,19 +557,26 @@ int Runner::PersonPass() {
   std::map<std::string, Json> applied;  // key -> the first result
   for (const auto& e : *effects) applied.emplace(e.idempotency_key, e.result);
   storage::SagaFilter f;
-  f.states = {"needs_attention", "awaiting_approval", "paused"};
+  f.states = {"needs_attention", "awaiting_approval", "paused", "open"};
   f.limit = 1 << 30;
   auto list = store->ListSagas(f);
   if (!list.ok()) return 0;
   int acted = 0;
+  // On SQLite the servers' journal holds only sagas submitted over the API.
+  const bool api_journal = locator != locator_;
   for (const auto& sum : *list) {
     auto rec = store->LoadSaga(sum.saga_id);
     if (!rec.ok()) continue;
     std::vector<std::vector<std::string>> decisions;
-    if (sum.state == "paused") {
+    if (sum.state == "open") {
+      // The agent is gone (its last command killed, or it never committed):
+      // the person rolls the open saga back.
+      decisions.push_back(
+          {"open", "rollback", sum.saga_id, "--as", "person", "--reason", "the agent is gone"});
+    } else if (sum.state == "paused") {
       decisions.push_back({"resume", sum.saga_id, "--as", "person"});
     } else if (sum.state == "awaiting_approval") {
-      std::string token = TokenFor(sum.saga_id);
+      std::string token = TokenFor(sum.saga_id, locator);
       if (!token.empty()) decisions.push_back({"approve", token, "--as", "person"});
     } else {
       for (const auto& st : rec->steps) {
@@ -454,11 +597,16 @@ int Runner::PersonPass() {
       }
     }
     for (const auto& d : decisions) {
+      stats_.person_decisions += 1;
+      if (api_journal || ApiSaga(sum.saga_id)) {
+        ApiDecision(d);
+        ++acted;
+        break;
+      }
       auto argv = Base();
       argv.insert(argv.end(), d.begin(), d.end());
       std::string out;
       Supervise(d[0], argv, NextPersonKill(), {}, sum.saga_id, &out);
-      stats_.person_decisions += 1;
       ++acted;
       break;  // one decision per saga per pass: the saga moves on after it
     }
@@ -474,6 +622,7 @@ Status Runner::Settle() {
       stopped_until_[i] = 0;
     }
   }
+  RetryGivenUp();
   for (int round = 0; round < 12 && NowMs() < deadline; ++round) {
     stats_.settle_rounds += 1;
     RecoverUntilQuiet(deadline);
@@ -492,6 +641,7 @@ Status Runner::Execute() {
     Maintain();
   }
   s = Settle();
+  DumpAudit();
   for (const auto& [kind, d] : durations_) {
     stats_.typical_ms[kind] = d.second ? d.first / d.second : 0;
   }
@@ -504,6 +654,9 @@ void Runner::Shutdown() {
   shut_down_ = true;
   for (auto& w : workers_) w.Kill();
   workers_.clear();
+  for (auto& sv : servers_) sv.child.Kill();
+  servers_.clear();
+  provider_.Kill();
   if (!pg_dir_.empty()) {
     Child c = Child::Spawn(
         {"/bin/bash", config_.source_dir + "/scripts/pg-test-server.sh", "stop", pg_dir_},

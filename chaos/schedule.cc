@@ -51,13 +51,20 @@ std::vector<std::string> DrawFaults(Rng& rng) {
 namespace {
 
 // A run (or, on PostgreSQL, sometimes a submit that the workers drive) with
-// its faults, its kill and what happens meanwhile.
-Command DrawStart(Rng& rng, const Settings& s) {
+// its faults, its kill and what happens meanwhile. With `parallel` (the
+// spec books flight, hotel and car at once) a share of the kills lands in
+// the window in which those branches are in flight: the providers are slowed
+// so that the window is wide enough to hit.
+Command DrawStart(Rng& rng, const Settings& s, bool parallel) {
   Command c;
   c.verb = (s.postgres && rng.Chance(0.35)) ? "submit" : "run";
   c.faults = DrawFaults(rng);
   c.latency_ms = rng.Chance(0.5) ? rng.Between(1, 25) : 0;
   c.kill_at = DrawKill(rng, 0.85);
+  if (parallel && c.verb == "run" && c.kill_at >= 0 && rng.Chance(0.4)) {
+    c.kill_in_branches = true;
+    c.latency_ms = rng.Between(40, 100);
+  }
   if (rng.Chance(0.12)) c.during.push_back({"cancel", 1.2 * rng.Uniform(), DrawKill(rng, 0.5)});
   if (rng.Chance(0.12)) c.during.push_back({"pause", 1.2 * rng.Uniform(), DrawKill(rng, 0.5)});
   if (s.postgres && rng.Chance(0.35)) c.during.push_back({"kill_worker", 1.2 * rng.Uniform()});
@@ -74,8 +81,8 @@ Command Simple(Rng& rng, const std::string& verb, double kill_p, bool faults) {
 }
 
 // The start, and a resume after it when a pause is planned meanwhile.
-void DrawStartAndResume(Rng& rng, const Settings& s, SagaPlan* saga) {
-  saga->commands.push_back(DrawStart(rng, s));
+void DrawStartAndResume(Rng& rng, const Settings& s, SagaPlan* saga, bool parallel) {
+  saga->commands.push_back(DrawStart(rng, s, parallel));
   bool paused = false;
   for (const auto& e : saga->commands.back().during) paused = paused || e.what == "pause";
   if (paused) saga->commands.push_back(Simple(rng, "resume", 0.5, false));
@@ -85,7 +92,7 @@ void DrawStartAndResume(Rng& rng, const Settings& s, SagaPlan* saga) {
 // person's approval; the person approves (or rejects) it, with faults of its
 // own (the commit runs in the approving process).
 void DrawTripApproval(Rng& rng, const Settings& s, SagaPlan* saga) {
-  DrawStartAndResume(rng, s, saga);
+  DrawStartAndResume(rng, s, saga, /*parallel=*/true);
   saga->commands.push_back(Simple(rng, "recover", 0.7, true));
   saga->commands.push_back(Simple(rng, rng.Chance(0.75) ? "approve" : "reject", 0.7, true));
   saga->commands.push_back(Simple(rng, "recover", 0.6, true));
@@ -93,8 +100,56 @@ void DrawTripApproval(Rng& rng, const Settings& s, SagaPlan* saga) {
 
 // The same trip in one phase (no approval): run, then recover.
 void DrawTripDirect(Rng& rng, const Settings& s, SagaPlan* saga) {
-  DrawStartAndResume(rng, s, saga);
+  DrawStartAndResume(rng, s, saga, /*parallel=*/false);
   saga->commands.push_back(Simple(rng, "recover", 0.7, true));
+}
+
+// An agent loop on an open saga (`open begin|call|commit|rollback`, one
+// process per verb): two to four bookings, the model sometimes repeating a
+// call id it used (a retry after a kill repeats it too), each call with
+// faults and a kill; then commit or, after kills, rollback.
+void DrawOpenAgent(Rng& rng, const Settings&, SagaPlan* saga) {
+  static const char* kTools[] = {"flights.reserve", "hotels.book", "cars.rent"};
+  saga->commands.push_back(Simple(rng, "open_begin", 0.5, false));
+  const int calls = rng.Between(2, 4);
+  for (int i = 1; i <= calls; ++i) {
+    Command c = Simple(rng, "open_call", 0.7, true);
+    c.call_id = "call-" + std::to_string(i);
+    c.tool = kTools[rng.Between(0, 2)];
+    c.latency_ms = rng.Chance(0.5) ? rng.Between(1, 25) : 0;
+    saga->commands.push_back(c);
+    if (rng.Chance(0.3)) {  // the model repeats itself: the same call id
+      Command again = c;
+      again.faults = DrawFaults(rng);
+      again.kill_at = DrawKill(rng, 0.5);
+      saga->commands.push_back(again);
+    }
+  }
+  saga->commands.push_back(
+      Simple(rng, rng.Chance(0.6) ? "open_commit" : "open_rollback", 0.6, true));
+  saga->commands.push_back(Simple(rng, "recover", 0.5, true));
+}
+
+// The trip through `idem serve` (two on PostgreSQL, on one database) and the
+// providers as an HTTP process: the agent submits with an Idempotency-Key
+// and retries with it after a kill or a lost answer; servers and the
+// provider process are killed meanwhile; a person approves or rejects over
+// the API. The submit's faults are the provider process's (it is restarted
+// with them).
+void DrawTripServer(Rng& rng, const Settings& s, SagaPlan* saga) {
+  Command submit;
+  submit.verb = "http_submit";
+  submit.faults = DrawFaults(rng);
+  submit.latency_ms = rng.Chance(0.5) ? rng.Between(1, 25) : 0;
+  submit.kill_at = DrawKill(rng, 0.7);
+  if (rng.Chance(0.35)) submit.during.push_back({"kill_provider", 1.2 * rng.Uniform()});
+  if (rng.Chance(0.25)) submit.during.push_back({"kill_server", 1.2 * rng.Uniform()});
+  if (rng.Chance(0.08)) submit.during.push_back({"cancel", 1.2 * rng.Uniform(), -1});
+  if (s.postgres && rng.Chance(0.2)) submit.during.push_back({"kill_worker", 1.2 * rng.Uniform()});
+  saga->commands.push_back(submit);
+  Command decide = Simple(rng, rng.Chance(0.75) ? "http_approve" : "http_reject", 0.6, false);
+  if (rng.Chance(0.3)) decide.during.push_back({"kill_provider", 1.2 * rng.Uniform()});
+  saga->commands.push_back(decide);
 }
 
 }  // namespace
@@ -105,6 +160,13 @@ const std::vector<Scenario>& Scenarios() {
     //  name             spec (source tree)                     draw
     {"trip_approval", "examples/travel_booking/trip.json",   &DrawTripApproval},
     {"trip_direct",   "chaos/specs/trip_direct.json",        &DrawTripDirect},
+    {"open_agent",    "",                                    &DrawOpenAgent},
+    {"trip_server",   "examples/travel_booking/trip.json",   &DrawTripServer},
+    // Reserved for the asynchronous providers (issue 13): a spec whose step
+    // completes later (`processing`, `awaiting_completion`), its provider
+    // killed while the completion is pending. Give it a draw function (and
+    // the runner its verbs) to have it drawn; docs/reliability.md.
+    {"trip_async",    "",                                    nullptr},
   };
   // clang-format on
   return kScenarios;
@@ -121,11 +183,14 @@ Plan MakePlan(const Settings& settings) {
   Plan plan;
   plan.settings = settings;
   Rng rng(settings.seed ^ (settings.postgres ? 0x5047ULL : 0x53514cULL));
-  const auto& scenarios = Scenarios();
+  std::vector<const Scenario*> drawn;
+  for (const auto& sc : Scenarios()) {
+    if (sc.draw != nullptr) drawn.push_back(&sc);
+  }
   for (int i = 0; i < settings.sagas; ++i) {
     SagaPlan saga;
     saga.index = i;
-    const Scenario& sc = scenarios[rng.Between(0, static_cast<int>(scenarios.size()) - 1)];
+    const Scenario& sc = *drawn[rng.Between(0, static_cast<int>(drawn.size()) - 1)];
     saga.scenario = sc.name;
     saga.intent_key = "chaos-" + std::to_string(settings.seed) + "-" +
                       (settings.postgres ? "pg-" : "sq-") + std::to_string(i);
@@ -156,7 +221,9 @@ std::string Plan::Text() const {
   for (const auto& s : sagas) {
     for (const auto& c : s.commands) {
       out << s.index << " " << s.scenario << " " << s.intent_key << " " << c.verb
-          << " kill=" << frac(c.kill_at) << " latency=" << c.latency_ms;
+          << " kill=" << frac(c.kill_at) << (c.kill_in_branches ? "/branches" : "")
+          << " latency=" << c.latency_ms;
+      if (!c.call_id.empty()) out << " call=" << c.call_id << ":" << c.tool;
       for (const auto& f : c.faults) out << " fault=" << f;
       for (const auto& e : c.during) {
         out << " during=" << e.what << "@" << frac(e.at) << "/kill=" << frac(e.kill_at);

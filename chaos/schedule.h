@@ -43,7 +43,10 @@ class Rng {
 /// Something that happens while a command runs, at `at` × the command's
 /// typical duration.
 struct Event {
-  std::string what;  ///< "cancel", "pause", "kill_worker", "stop_worker", "pg_restart"
+  /// "cancel", "pause", "kill_worker", "stop_worker", "pg_restart";
+  /// "kill_server" (SIGKILL an `idem serve`, restarted), "kill_provider"
+  /// (SIGKILL the HTTP providers, restarted on the same ledger).
+  std::string what;
   double at = 0;
   double kill_at = -1;  ///< for cancel/pause: when that process is killed (<0: not)
 };
@@ -51,11 +54,19 @@ struct Event {
 /// One command an operator (or an agent) runs for a saga.
 struct Command {
   /// "run", "submit" (workers drive it), "recover", "approve", "reject",
-  /// "resume".
+  /// "resume"; an agent loop through the CLI: "open_begin", "open_call",
+  /// "open_commit", "open_rollback"; over the REST API of `idem serve`:
+  /// "http_submit" (then waits for the saga to settle), "http_approve",
+  /// "http_reject" (kill_at kills a server meanwhile).
   std::string verb;
   std::vector<std::string> faults;  ///< --fault TOOL=MODE[@N] of this process
   int latency_ms = 0;               ///< --latency-ms
   double kill_at = -1;              ///< SIGKILL at this × typical duration; <0: none
+  /// kill_at is a fraction of the measured window in which the parallel
+  /// branches (flight, hotel, car) are in flight, not of the whole command.
+  bool kill_in_branches = false;
+  std::string call_id;  ///< open_call: the model's call id (repeated: the model repeats itself)
+  std::string tool;     ///< open_call: the tool
   std::vector<Event> during;
 };
 
@@ -90,12 +101,14 @@ struct Plan {
 /// One saga kind the sweep drives.
 struct Scenario {
   const char* name;
-  const char* spec;  ///< the spec file, relative to the source tree
-  /// Draws the saga's commands (after the scenario was picked).
+  const char* spec;  ///< the spec file, relative to the source tree ("" for open sagas)
+  /// Draws the saga's commands (after the scenario was picked); nullptr: a
+  /// reserved kind that is never drawn (trip_async, until its provider lands).
   void (*draw)(Rng& rng, const Settings& settings, SagaPlan* saga);
 };
 
-/// Every scenario, in a fixed order (a saga's scenario is drawn from it).
+/// Every scenario, in a fixed order (a saga's scenario is drawn from those
+/// with a draw function).
 const std::vector<Scenario>& Scenarios();
 
 /// The scenario named `name`, or nullptr.

@@ -6,6 +6,7 @@
 // call. Also: the sweep's plan is a pure function of its seed.
 #include <algorithm>
 #include <cstdio>
+#include <map>
 #include <memory>
 #include <string>
 
@@ -184,6 +185,89 @@ TEST(ChaosChecker, ParkedSagaLeftAfterThePersonIsUnsettled) {
   ExpectOnly(Check(d, {true}), "parked_unsettled", 2);
 }
 
+TEST(ChaosChecker, ALateWriteUnderALostLeaseIsFound) {
+  CheckData d = Clean();
+  // w0 claimed sg_ok and wrote; w1 took it over after w0 stopped past its
+  // lease; w1 writes (fine); w0, resumed, writes too: its write passed the
+  // fence while w1 held the lease.
+  d.journal_writes = {{1, "sg_ok", "submitted", "chaos-w0-0", "chaos-w0-0"},
+                      {2, "sg_ok", "succeeded", "chaos-w1-1", "chaos-w1-1"},
+                      {3, "sg_ok", "succeeded", "chaos-w0-0", "chaos-w1-1"},
+                      // Not a leasing process (an operator's cancel): never a finding.
+                      {4, "sg_ok", "cancel_requested", "", "chaos-w1-1"}};
+  CheckResult r = Check(d, {});
+  ExpectOnly(r, "late_writes", 1);
+  EXPECT_EQ(r.findings[0].saga_id, "sg_ok");
+  EXPECT_NE(r.findings[0].detail.find("journal entry 3 (succeeded) written by chaos-w0-0 while "
+                                      "chaos-w1-1 held the saga's lease"),
+            std::string::npos)
+      << r.findings[0].detail;
+  d.journal_writes.erase(d.journal_writes.begin() + 2);
+  EXPECT_TRUE(Check(d, {}).ok());
+}
+
+TEST(ChaosChecker, TheAuditFileIsReadAndABadLineNamed) {
+  test::TempDir dir("chaos_audit");
+  const std::string path = dir.File("audit.tsv");
+  {
+    FILE* f = std::fopen(path.c_str(), "w");
+    std::fputs("7\tsg_a\tsubmitted\tchaos-w0-0\tchaos-w0-0\n8\tsg_a\tsucceeded\t\tchaos-w1-2\n", f);
+    std::fclose(f);
+  }
+  auto writes = ReadJournalAudit(path);
+  ASSERT_TRUE(writes.ok()) << writes.status().ToString();
+  ASSERT_EQ(writes->size(), 2u);
+  EXPECT_EQ((*writes)[0].seq, 7);
+  EXPECT_EQ((*writes)[0].writer, "chaos-w0-0");
+  EXPECT_EQ((*writes)[1].writer, "");
+  EXPECT_EQ((*writes)[1].lease_owner, "chaos-w1-2");
+  {
+    FILE* f = std::fopen(path.c_str(), "a");
+    std::fputs("x\tsg_a\n", f);
+    std::fclose(f);
+  }
+  auto bad = ReadJournalAudit(path);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("audit.tsv:3"), std::string::npos)
+      << bad.status().message();
+  EXPECT_EQ(ReadJournalAudit(dir.File("none.tsv")).status().code(), Code::kNotFound);
+}
+
+// trip.json books flight, hotel and car at once: when the car fails, the
+// flight and the hotel may complete after it did. Each such branch must be
+// undone in the ledger like any other step.
+TEST(ChaosChecker, ABranchThatCompletedAfterASiblingFailedMustBeUndone) {
+  CheckData d = Clean();
+  SagaRecord s = Saga("sg_par", "compensated", "compensated");
+  s.spec = Json::parse(R"({"steps": [
+      {"id": "a", "tool": "flights.reserve", "compensate": {"tool": "flights.cancel"}},
+      {"id": "b", "tool": "hotels.book", "after": [], "compensate": {"tool": "hotels.cancel"}},
+      {"id": "c", "tool": "cars.rent", "after": [], "compensate": {"tool": "cars.return"}}]})");
+  StepRecord car = s.steps[1];
+  car.index = 2;
+  car.step_id = "c";
+  car.tool = "cars.rent";
+  car.state = "failed";
+  car.step_key = "sg_par/c";
+  s.steps.push_back(car);
+  d.sagas.push_back(s);
+  // The hotel answered after the car failed; the journal calls it
+  // compensated, the ledger has the booking and no cancel.
+  d.effects.push_back(Effect("flights", "reserve", "sg_par/a"));
+  d.effects.push_back(Effect("flights", "cancel", "sg_par/a:compensate"));
+  d.effects.push_back(Effect("hotels", "book", "sg_par/b"));
+  ExpectOnly(Check(d, {}), "missing_compensations", 1);
+  // The same branch left succeeded in the journal of the rolled-back saga.
+  d.sagas.back().steps[1].state = "succeeded";
+  CheckResult r = Check(d, {});
+  ExpectOnly(r, "effects_left_behind", 1);
+  EXPECT_NE(r.findings[0].detail.find("step b (succeeded)"), std::string::npos)
+      << r.findings[0].detail;
+  // Undone: clean.
+  d.effects.push_back(Effect("hotels", "cancel", "sg_par/b:compensate"));
+  EXPECT_TRUE(Check(d, {}).ok());
+}
+
 TEST(ChaosSchedule, ThePlanIsAPureFunctionOfTheSeed) {
   Settings s;
   s.seed = 42;
@@ -206,6 +290,44 @@ TEST(ChaosSchedule, ThePlanIsAPureFunctionOfTheSeed) {
     }
   }
   EXPECT_EQ(restarts, 3);
+}
+
+// The new kinds are in the plan, and in its text (so a replay names them):
+// the HTTP path with server and provider kills, the agent loop on an open
+// saga with a repeated call id, kills timed into the parallel branches.
+TEST(ChaosSchedule, ThePlanOfOneSeedHasTheNewKindsTwiceTheSame) {
+  for (bool pg : {false, true}) {
+    Settings s;
+    s.seed = 20261201;
+    s.sagas = 120;
+    s.postgres = pg;
+    Plan a = MakePlan(s);
+    Plan b = MakePlan(s);
+    ASSERT_EQ(a.Text(), b.Text());
+    std::map<std::string, int> seen;
+    for (const auto& saga : a.sagas) {
+      seen[saga.scenario] += 1;
+      std::map<std::string, int> calls;
+      for (const auto& c : saga.commands) {
+        seen[c.verb] += 1;
+        for (const auto& e : c.during) seen[e.what] += 1;
+        if (c.kill_in_branches) seen["kill_in_branches"] += 1;
+        if (c.verb == "open_call" && ++calls[c.call_id] == 2) seen["repeated_call_id"] += 1;
+      }
+    }
+    for (const char* kind :
+         {"trip_approval", "trip_direct", "open_agent", "trip_server", "http_submit",
+          "http_approve", "open_begin", "open_call", "open_commit", "open_rollback", "kill_server",
+          "kill_provider", "kill_in_branches", "repeated_call_id"}) {
+      EXPECT_GT(seen[kind], 0) << kind << (pg ? " (postgres)" : " (sqlite)");
+    }
+    EXPECT_EQ(seen["trip_async"], 0) << "reserved: drawn once it has a draw function";
+    ASSERT_NE(FindScenario("trip_async"), nullptr);
+    EXPECT_NE(a.Text().find(" http_submit "), std::string::npos);
+    EXPECT_NE(a.Text().find("/branches"), std::string::npos);
+    EXPECT_NE(a.Text().find("during=kill_server@"), std::string::npos);
+    EXPECT_NE(a.Text().find(" call=call-1:"), std::string::npos);
+  }
 }
 
 // ---- idem-chaos check on real files ----------------------------------------
