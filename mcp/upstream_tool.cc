@@ -51,6 +51,7 @@ class UpstreamTool : public Tool {
       : client_(std::move(client)), spec_(std::move(spec)) {}
 
   const ToolInfo& info() const override { return spec_.info; }
+  const Json& listed() const { return spec_.listed; }
 
   ToolOutcome Invoke(const ToolCall& call) override {
     Json meta = {{kIdempotencyKeyMeta, call.key}};
@@ -222,6 +223,11 @@ Result<std::vector<UpstreamToolSpec>> PlanUpstreamTools(const std::vector<Json>&
 
 std::unique_ptr<Tool> NewUpstreamTool(std::shared_ptr<Client> client, UpstreamToolSpec spec) {
   return std::make_unique<UpstreamTool>(std::move(client), std::move(spec));
+}
+
+const Json* UpstreamListing(const Tool& tool) {
+  const auto* upstream = dynamic_cast<const UpstreamTool*>(&tool);
+  return upstream == nullptr ? nullptr : &upstream->listed();
 }
 
 }  // namespace idem::mcp

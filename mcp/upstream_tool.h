@@ -88,4 +88,9 @@ ToolOutcome MapCallResult(const CallResult& r);
 /// The tool for `spec`, calling through `client` (shared by all of them).
 std::unique_ptr<Tool> NewUpstreamTool(std::shared_ptr<Client> client, UpstreamToolSpec spec);
 
+/// The tools/list entry an upstream tool was made of (its inputSchema,
+/// outputSchema, title and annotations as the upstream gave them), for an
+/// MCP server that lists it again; nullptr for any other tool.
+const Json* UpstreamListing(const Tool& tool);
+
 }  // namespace idem::mcp

@@ -22,6 +22,7 @@
 #include "tests/mcp_upstream.h"
 #include "tests/test_util.h"
 
+#include "mcp/upstream_tool.h"
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -149,6 +150,11 @@ TEST_P(McpGatewayTest, EffectClassesComeFromAnnotationsAndTheConfig) {
   EXPECT_EQ(unkeyed.effect, EffectClass::kWrite);
   EXPECT_FALSE(unkeyed.honours_keys);
   EXPECT_FALSE(unkeyed.has_status);
+  // The upstream's listing, for an MCP server that lists the tool again.
+  const Json* listed = mcp::UpstreamListing(*registry.Find("send_unkeyed"));
+  ASSERT_NE(listed, nullptr);
+  EXPECT_EQ((*listed)["inputSchema"]["required"], Json::array({"to"}));
+  EXPECT_FALSE(listed->contains("annotations"));
 }
 
 TEST_P(McpGatewayTest, OneEffectPerCallAndARepeatIsAnsweredFromTheJournal) {
