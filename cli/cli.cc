@@ -64,12 +64,18 @@ int ExitFor(const Status& s) {
       if (StartsWith(s.message(), preview_commit::kAlreadyDecidedMessage)) {
         return kExitAlreadyDecided;
       }
+      // An approval policy's role the caller did not name (--role).
+      if (StartsWith(s.message(), preview_commit::kRoleMissingMessage)) return kExitUsage;
       return kExitInternal;
     case Code::kOk:
       return kExitOk;
     case Code::kInvalidArgument:
       return kExitUsage;
     case Code::kConflict:
+      // The same person deciding twice on one commit (an approval policy).
+      if (StartsWith(s.message(), preview_commit::kAlreadyCountedMessage)) {
+        return kExitAlreadyDecided;
+      }
       return kExitConflict;
     case Code::kNotFound:
       return kExitNotFound;
@@ -218,6 +224,7 @@ struct Options {
   std::string decision;
   std::string model_decision;  ///< run --decision: JSON or @FILE (saga/open_saga.h)
   std::string who;
+  std::vector<std::string> roles;  ///< approve/reject --role: the roles `who` decides in
   std::string note;
   std::string result;
   std::string token;
@@ -541,6 +548,25 @@ Json PendingApprovals(storage::Store* store, Status* error) {
   return out;
 }
 
+// "rule 2: 2 distinct finance approvals; 1 so far (maria); 1 more, from anyone
+// else with the role finance", or for "approval": "human" one approver.
+std::string PolicyLine(const Json& p) {
+  const Json& policy = p["policy"];
+  const std::string role = policy.value("role", "approver");
+  const int quorum = policy.value("quorum", 1);
+  std::string out = policy["rule"].is_number()
+                        ? "rule " + std::to_string(policy["rule"].get<int>()) + ": "
+                        : std::string("\"approval\": \"human\": ");
+  out += std::to_string(quorum) + " distinct " + role + " approval(s)";
+  std::string names;
+  for (const auto& a : p["approvals"]) names += (names.empty() ? "" : ", ") + a.value("by", "");
+  const int have = static_cast<int>(p["approvals"].size());
+  if (have > 0) out += "; " + std::to_string(have) + " so far (" + names + ")";
+  out += "; " + std::to_string(quorum - have) + " more, from anyone with the role " + role +
+         (have > 0 ? " but " + names : "") + " who did not request the saga";
+  return out;
+}
+
 int CmdApprovals(const Options& o, storage::Store* store) {
   Status error;
   Json pending = PendingApprovals(store, &error);
@@ -556,6 +582,12 @@ int CmdApprovals(const Options& o, storage::Store* store) {
     std::printf("  preview:  %s\n", p["preview"].value("summary", "").c_str());
     std::printf("  version:  %s\n", p["preview"].value("resource_version", "").c_str());
     std::printf("  expires:  %s\n", p["expires_at"].get<std::string>().c_str());
+    std::printf("  policy:   %s\n", PolicyLine(p).c_str());
+    for (const auto& a : p["approvals"]) {
+      std::printf("  approved: %s (%s) at %s%s%s\n", a.value("by", "").c_str(),
+                  a.value("role", "").c_str(), a.value("at", "").c_str(),
+                  a.value("note", "").empty() ? "" : ": ", a.value("note", "").c_str());
+    }
     std::printf("  token:    %s\n", p["token"].get<std::string>().c_str());
   }
   return kExitOk;
@@ -566,12 +598,20 @@ int CmdDecide(const Options& o, bool approve, const ToolRegistry& tools, storage
   ApprovalDecision d;
   d.approve = approve;
   d.who = o.who;
+  d.roles = o.roles;
   d.note = o.note;
   Engine engine(store, &tools, LiveEngineOptions(true, signer));
   auto rec = engine.Decide(o.token, d);
   if (!rec.ok()) return Fail(rec.status());
   std::printf("outcome: %s%s%s\n", rec->summary.state.c_str(),
               rec->summary.reason.empty() ? "" : " - ", rec->summary.reason.c_str());
+  for (const auto& st : rec->steps) {
+    // A commit under a policy that waits for more approvals.
+    if (auto view = ApprovalView(rec->summary.saga_id, st);
+        view && (*view)["policy"]["rule"].is_number()) {
+      std::printf("policy:  %s\n", PolicyLine(*view).c_str());
+    }
+  }
   return ExitForSagaState(rec->summary.state);
 }
 
@@ -864,11 +904,17 @@ int RunCli(int argc, char** argv, const FrontendConfig& config) {
   approve->add_option("TOKEN", o.token, "the commit token (from `approvals`)")->required();
   approve->add_option("--as", o.who, "who approves (journaled)")->required();
   approve->add_option("--note", o.note, "why (journaled)");
+  approve->add_option("--role", o.roles,
+                      "a role NAME decides in, for a commit under an approval policy "
+                      "(--role finance; repeatable)");
 
   auto* reject = app.add_subcommand("reject", "reject a waiting commit; the saga rolls back");
   reject->add_option("TOKEN", o.token, "the commit token (from `approvals`)")->required();
   reject->add_option("--as", o.who, "who rejects (journaled)")->required();
   reject->add_option("--reason", o.note, "why (journaled)")->required();
+  reject->add_option("--role", o.roles,
+                     "a role NAME decides in, for a commit under an approval policy "
+                     "(--role finance; repeatable)");
 
   auto* keys_cmd =
       app.add_subcommand("keys", "commit-token signing keys: list, rotate, retire KEY");

@@ -86,6 +86,8 @@ const std::vector<Site>& KnownFailpoints() {
        "B3: preview and commit token journaled, before approval or commit"},
       {"approval.after_commit",
        "approval journaled, before the token is spent and the tool called"},
+      {"approval.after_counted",
+       "an approval short of its policy's quorum journaled, before the answer"},
       {"guard.after_answer", "a step's guard answered, before its answer is journaled"},
       {"step.before_submitted", "step arguments resolved, before `submitted` is journaled"},
       {"step.after_submitted", "B4: `submitted` journaled, before the tool call"},

@@ -22,7 +22,30 @@ Json PreviewRecord::ToJson() const {
 }
 
 Json ApprovalRecord::ToJson() const {
-  return {{"decision", decision}, {"by", by}, {"note", note}, {"at_ms", at_ms}};
+  Json j = {{"decision", decision}, {"by", by}, {"note", note}, {"at_ms", at_ms}};
+  if (!role.empty()) j["role"] = role;
+  return j;
+}
+
+static ApprovalRecord ApprovalFromJson(const Json& ap) {
+  ApprovalRecord a;
+  a.decision = Member<std::string>(ap, "decision", "");
+  a.by = Member<std::string>(ap, "by", "");
+  a.note = Member<std::string>(ap, "note", "");
+  a.at_ms = Member<int64_t>(ap, "at_ms", 0);
+  a.role = Member<std::string>(ap, "role", "");
+  return a;
+}
+
+Json PolicyDemand::ToJson() const {
+  Json j = {{"rule", rule}};
+  if (!pass.empty()) {
+    j["pass"] = pass;
+  } else {
+    j["role"] = role;
+    j["quorum"] = quorum;
+  }
+  return j;
 }
 
 Json PhaseRecord::ToJson() const {
@@ -33,6 +56,11 @@ Json PhaseRecord::ToJson() const {
             {"args_fingerprint", args_fingerprint},
             {"previews", previews}};
   if (approval) j["approval"] = approval->ToJson();
+  if (policy) j["policy"] = policy->ToJson();
+  if (policy || !approvals.empty()) {
+    j["approvals"] = Json::array();
+    for (const auto& a : approvals) j["approvals"].push_back(a.ToJson());
+  }
   return j;
 }
 
@@ -52,13 +80,21 @@ std::optional<PhaseRecord> PhaseRecord::FromJson(const Json& phase) {
   r.args_fingerprint = Member<std::string>(phase, "args_fingerprint", "");
   r.previews = Member<int>(phase, "previews", 0);
   auto ap = phase.find("approval");
-  if (ap != phase.end() && ap->is_object()) {
-    ApprovalRecord a;
-    a.decision = Member<std::string>(*ap, "decision", "");
-    a.by = Member<std::string>(*ap, "by", "");
-    a.note = Member<std::string>(*ap, "note", "");
-    a.at_ms = Member<int64_t>(*ap, "at_ms", 0);
-    r.approval = std::move(a);
+  if (ap != phase.end() && ap->is_object()) r.approval = ApprovalFromJson(*ap);
+  auto pol = phase.find("policy");
+  if (pol != phase.end() && pol->is_object()) {
+    PolicyDemand d;
+    d.rule = Member<int>(*pol, "rule", 0);
+    d.pass = Member<std::string>(*pol, "pass", "");
+    d.role = Member<std::string>(*pol, "role", "");
+    d.quorum = Member<int>(*pol, "quorum", 1);
+    r.policy = std::move(d);
+  }
+  auto votes = phase.find("approvals");
+  if (votes != phase.end() && votes->is_array()) {
+    for (const auto& v : *votes) {
+      if (v.is_object()) r.approvals.push_back(ApprovalFromJson(v));
+    }
   }
   return r;
 }

@@ -8,7 +8,16 @@
 //    "token": "idem1....", "nonce": "<32 hex>", "expires_ms": <ms>,
 //    "args_fingerprint": "sha256:...", "previews": <n>,
 //    "approval": {"decision": "approved"|"rejected", "by": ..., "note": ...,
-//                 "at_ms": <ms>}}            (approval: once a person decided)
+//                 "at_ms": <ms>, "role": ...},   (approval: once decided)
+//    "policy": {"rule": <i>, "role": ..., "quorum": <n>, "pass": ...},
+//    "approvals": [{"decision": "approved", "by", "note", "at_ms", "role"}]}
+//
+// `policy` is the approval policy's rule that decided this preview's commit
+// (saga/approval_policy.h): `pass` (the reason) when no person is needed,
+// else `role` and `quorum`; `approvals` the approvals counted so far. Both
+// belong to this preview and its token: a new preview starts with none, so
+// a partial quorum lapses with its token. `role` and the two members are
+// written only when set (journals from before policies read back equal).
 //
 // ToJson(FromJson(j)) == j for every object the engine ever wrote, so
 // existing journals load and are written back unchanged.
@@ -18,6 +27,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "common/json_util.h"
 
@@ -38,11 +48,22 @@ struct ApprovalRecord {
   std::string by;
   std::string note;
   int64_t at_ms = 0;
+  std::string role;  ///< the role the person decided in; "" for "approval": "human"
 
   bool approved() const { return decision == kApproved; }
   Json ToJson() const;  ///< the stored "approval" member
   static constexpr const char* kApproved = "approved";
   static constexpr const char* kRejected = "rejected";
+};
+
+/// The rule of an approval policy that decided a preview's commit.
+struct PolicyDemand {
+  int rule = 0;
+  std::string pass;  ///< set: no person needed, and why
+  std::string role;  ///< otherwise: who decides
+  int quorum = 1;    ///< and how many distinct people
+
+  Json ToJson() const;  ///< the stored "policy" member
 };
 
 /// The phase of a two-phase step: its current preview, the commit token
@@ -55,6 +76,8 @@ struct PhaseRecord {
   std::string args_fingerprint;  ///< the arguments the token was minted for
   int previews = 0;              ///< previews made so far (bounded)
   std::optional<ApprovalRecord> approval;
+  std::optional<PolicyDemand> policy;     ///< the policy's rule for this preview
+  std::vector<ApprovalRecord> approvals;  ///< counted toward policy->quorum so far
 
   /// The stored object.
   Json ToJson() const;

@@ -1,8 +1,10 @@
 #include "preview_commit/two_phase.h"
 
 #include <algorithm>
+#include <optional>
 #include <vector>
 
+#include "saga/approval_policy.h"
 #include "saga/machines.h"
 
 #include "common/failpoint.h"
@@ -11,6 +13,63 @@ namespace idem::preview_commit {
 
 using storage::JournalEntry;
 using storage::StepRecord;
+
+namespace {
+
+// The policy's rule for a preview's commit; `entry` gets what the journal
+// records of it: the rule, its place and condition, the values the
+// condition found, and the reason of a rule that passes.
+PolicyDemand DecidingRule(const ApprovalPolicy& policy, const Json& args, const Json& input,
+                          const PreviewOutcome& pv, std::optional<Json>* entry) {
+  const Json context = {{"args", args},
+                        {"input", input},
+                        {"preview",
+                         {{"summary", pv.summary},
+                          {"changes", pv.changes},
+                          {"resource_version", pv.resource_version}}}};
+  const PolicyMatch m = EvaluatePolicy(policy, context);
+  const PolicyRule& rule = policy.rules[m.rule];
+  PolicyDemand demand{m.rule, rule.pass ? rule.reason : "", rule.role, rule.quorum};
+  Json e = {{"rule", m.rule},
+            {"place", policy.place + ".rules[" + std::to_string(m.rule) + "]"},
+            {"when", rule.when},
+            {"values", m.values}};
+  if (rule.pass) {
+    e["reason"] = rule.reason;
+  } else {
+    e["role"] = rule.role;
+    e["quorum"] = rule.quorum;
+  }
+  *entry = std::move(e);
+  return demand;
+}
+
+// What `submitted` records of the approvals: who approved, and under a
+// policy the names of everyone whose approval it counted.
+Json SubmittedData(const PhaseRecord& phase, int attempt, const std::string& key,
+                   const std::string& tool) {
+  Json data = {{"attempt", attempt},
+               {"key", key},
+               {"tool", tool},
+               {"approved_by", phase.approval ? phase.approval->by : ""}};
+  if (phase.policy) {
+    data["approvals"] = Json::array();
+    for (const auto& a : phase.approvals) data["approvals"].push_back(a.by);
+  }
+  return data;
+}
+
+}  // namespace
+
+int MissingApprovals(const PhaseRecord& phase) {
+  if (!phase.policy || !phase.policy->pass.empty()) return 0;
+  std::vector<std::string> seen;
+  for (const auto& a : phase.approvals) {
+    if (!a.approved() || a.role != phase.policy->role) continue;
+    if (std::find(seen.begin(), seen.end(), a.by) == seen.end()) seen.push_back(a.by);
+  }
+  return std::max(0, phase.policy->quorum - static_cast<int>(seen.size()));
+}
 
 // Two-phase steps, from planned (arguments resolved), previewed or
 // awaiting_approval: preview, mint the commit token, wait for a person where
@@ -56,7 +115,13 @@ Result<PhaseEnd> AdvanceTwoPhase(SagaRun* run, StepDrive* d) {
         }
         IDEM_FAILPOINT("preview.after_call");
         if (!pv.ok) return fail("preview failed: " + pv.error);
-        bool human = spec.approval == Approval::kHuman;
+        bool human = spec.approval != Approval::kNone;
+        std::optional<Json> policy_entry;  // the rule that decides, for the journal
+        std::optional<PolicyDemand> demand;
+        if (spec.policy) {
+          demand = DecidingRule(*spec.policy, st->args, run->record().input, pv, &policy_entry);
+          human = demand->pass.empty();
+        }
         int64_t ttl = human ? spec.approval_ttl_ms : options.commit_token_ttl_ms;
         TokenClaims claims;
         auto token = options.signer->Mint(saga_id, st->step_id, st->args_fingerprint, ttl, &claims);
@@ -68,6 +133,7 @@ Result<PhaseEnd> AdvanceTwoPhase(SagaRun* run, StepDrive* d) {
         next.expires_ms = claims.expires_at_ms;
         next.args_fingerprint = st->args_fingerprint;
         next.previews = previews;
+        next.policy = demand;
         st->phase = next.ToJson();
         IDEM_RETURN_IF_ERROR(d->Fire(StepEvent::kPreviewRecorded));
         std::vector<JournalEntry> entries;
@@ -75,11 +141,14 @@ Result<PhaseEnd> AdvanceTwoPhase(SagaRun* run, StepDrive* d) {
                                      {{"summary", pv.summary},
                                       {"resource_version", pv.resource_version},
                                       {"preview", previews}}));
+        if (policy_entry && !human) {
+          entries.push_back(run->Entry(st->step_id, "policy_passed", *policy_entry));
+        }
         if (human) {
           IDEM_RETURN_IF_ERROR(d->Fire(StepEvent::kApprovalRequested));
-          entries.push_back(run->Entry(
-              st->step_id, "awaiting_approval",
-              {{"summary", pv.summary}, {"expires_at", FormatTimeMs(claims.expires_at_ms)}}));
+          Json data = {{"summary", pv.summary}, {"expires_at", FormatTimeMs(claims.expires_at_ms)}};
+          if (policy_entry) data["policy"] = *policy_entry;
+          entries.push_back(run->Entry(st->step_id, "awaiting_approval", std::move(data)));
         }
         IDEM_RETURN_IF_ERROR(run->CommitEntries(*d, std::move(entries)));
         IDEM_FAILPOINT("preview.after_journal");
@@ -126,6 +195,11 @@ Result<PhaseEnd> AdvanceTwoPhase(SagaRun* run, StepDrive* d) {
           IDEM_RETURN_IF_ERROR(d->Fire(StepEvent::kRejected));
           return PhaseEnd::kContinue;
         }
+        // Never a commit with fewer approvals than its policy's quorum.
+        if (int short_by = MissingApprovals(phase); short_by > 0) {
+          return fail("approved with " + std::to_string(short_by) +
+                      " approval(s) short of the policy's quorum: not committed");
+        }
         // The approval checked the token; the arguments must still be the
         // ones it was minted for.
         if (Fingerprint(st->args) != phase.args_fingerprint) {
@@ -134,13 +208,11 @@ Result<PhaseEnd> AdvanceTwoPhase(SagaRun* run, StepDrive* d) {
         }
         ++st->attempt;
         IDEM_RETURN_IF_ERROR(d->Fire(StepEvent::kApproved));
-        IDEM_RETURN_IF_ERROR(run->CommitEntries(*d,
-                                                {run->Entry(st->step_id, "submitted",
-                                                            {{"attempt", st->attempt},
-                                                             {"key", d->key},
-                                                             {"tool", spec.tool},
-                                                             {"approved_by", approval.by}})},
-                                                phase.nonce));
+        IDEM_RETURN_IF_ERROR(
+            run->CommitEntries(*d,
+                               {run->Entry(st->step_id, "submitted",
+                                           SubmittedData(phase, st->attempt, d->key, spec.tool))},
+                               phase.nonce));
         IDEM_FAILPOINT("step.after_submitted");
         return PhaseEnd::kContinue;
       }
@@ -160,6 +232,33 @@ bool ApprovalSettled(const SagaRun& run, int64_t now_ms) {
     settled |= phase && phase->Settled(now_ms);  // any: branches may wait side by side
   }
   return settled;
+}
+
+Status CountApproval(const PhaseRecord& phase, const ApprovalDecision& d, ApprovalRecord* record,
+                     Json* data) {
+  const PolicyDemand& policy = *phase.policy;
+  const std::string need = std::to_string(policy.quorum) + " distinct " + policy.role +
+                           " approval(s) (rule " + std::to_string(policy.rule) +
+                           " of the step's approval policy)";
+  const bool holds =
+      d.any_role || std::find(d.roles.begin(), d.roles.end(), policy.role) != d.roles.end();
+  if (!holds) {
+    return Status::FailedPrecondition(std::string(kRoleMissingMessage) + policy.role + ": " +
+                                      d.who + " may not decide on a commit that needs " + need);
+  }
+  for (const auto& a : phase.approvals) {
+    if (a.by == d.who) {
+      return Status::Conflict(std::string(kAlreadyCountedMessage) + d.who + " at " +
+                              FormatTimeMs(a.at_ms) + "; the commit needs " + need + ", one each");
+    }
+  }
+  record->role = policy.role;
+  const int count = static_cast<int>(phase.approvals.size()) + (d.approve ? 1 : 0);
+  (*data)["role"] = policy.role;
+  (*data)["rule"] = policy.rule;
+  (*data)["quorum"] = policy.quorum;
+  (*data)["count"] = count;
+  return Status::Ok();
 }
 
 Result<ApprovalOutcome> RecordApproval(const TokenClaims& claims, const ApprovalDecision& d,
@@ -203,7 +302,30 @@ Result<ApprovalOutcome> RecordApproval(const TokenClaims& claims, const Approval
       phase->args_fingerprint != claims.args_fingerprint) {
     return mismatch;
   }
-  phase->approval = ApprovalRecord{decision, d.who, d.note, now_ms};
+  ApprovalRecord record{decision, d.who, d.note, now_ms, ""};
+  Json data = {{"by", d.who}, {"note", d.note}, {"token_key", claims.key_id}};
+  if (phase->policy && phase->policy->pass.empty()) {
+    IDEM_RETURN_IF_ERROR(CountApproval(*phase, d, &record, &data));
+    if (d.approve) {
+      phase->approvals.push_back(record);
+      if (MissingApprovals(*phase) > 0) {
+        // Counted; the commit waits for the others (the saga stays waiting).
+        st.phase = phase->ToJson();
+        st.updated_ms = now_ms;
+        batch->saga_id = claims.saga_id;
+        batch->steps.push_back(st);
+        JournalEntry je{};
+        je.saga_id = claims.saga_id;
+        je.step_id = st.step_id;
+        je.event = "approval_counted";
+        je.data = std::move(data);
+        je.at_ms = now_ms;
+        batch->journal.push_back(je);
+        return ApprovalOutcome::kCounted;
+      }
+    }
+  }
+  phase->approval = record;
   st.phase = phase->ToJson();
   st.updated_ms = now_ms;
   SagaMachine machine(SagaState::kAwaitingApproval);
@@ -216,7 +338,7 @@ Result<ApprovalOutcome> RecordApproval(const TokenClaims& claims, const Approval
   je.saga_id = claims.saga_id;
   je.step_id = st.step_id;
   je.event = decision;
-  je.data = {{"by", d.who}, {"note", d.note}, {"token_key", claims.key_id}};
+  je.data = std::move(data);
   je.at_ms = now_ms;
   batch->journal.push_back(je);
   return ApprovalOutcome::kRecorded;

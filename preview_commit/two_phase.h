@@ -49,8 +49,29 @@ Result<PhaseEnd> AdvanceTwoPhase(SagaRun* run, StepDrive* d);
 /// was decided or has expired at `now_ms`, so its drive can go on.
 bool ApprovalSettled(const SagaRun& run, int64_t now_ms);
 
+/// The start of the message when a person without the policy's role
+/// decides (then the role's name).
+inline constexpr std::string_view kRoleMissingMessage = "this commit needs the role ";
+/// The start of the message when a person decides twice on one commit.
+inline constexpr std::string_view kAlreadyCountedMessage = "already approved by ";
+
+/// How many approvals a commit under an approval policy still lacks: the
+/// rule's quorum less the distinct people with its role who approved; 0
+/// without a policy, or for a rule that passes.
+int MissingApprovals(const PhaseRecord& phase);
+
+/// Checks a person's decision on a commit under an approval policy (its
+/// rule in `phase.policy` asks a role): the person holds the role
+/// (kFailedPrecondition starting kRoleMissingMessage) and has not decided
+/// on this commit before (kConflict starting kAlreadyCountedMessage;
+/// nothing changes). Sets `record`'s role and adds role, rule, quorum and
+/// count to the journal entry's `data`.
+Status CountApproval(const PhaseRecord& phase, const ApprovalDecision& d, ApprovalRecord* record,
+                     Json* data);
+
 /// What RecordApproval found.
 enum class ApprovalOutcome {
+  kCounted,   ///< `batch` holds an approval short of the quorum: commit it; the saga waits on
   kRecorded,  ///< `batch` holds the decision: commit it, then drive the saga
   kReplayed,  ///< decided so before and not finished: drive the saga on
   kFinished,  ///< decided so before and finished: answer the saga as it is
@@ -58,7 +79,9 @@ enum class ApprovalOutcome {
 
 /// Checks a person's decision on the commit that `claims` (an opened,
 /// genuine token) stands for against `saga`, loaded under its lease, and
-/// fills `batch` with the decision (who, when, why). kFailedPrecondition
+/// fills `batch` with the decision (who, when, why; under an approval
+/// policy also the role, counted by CountApproval: an approval short of
+/// the quorum is kCounted, a rejection ends it). kFailedPrecondition
 /// for a token minted for another step or arguments, superseded by a newer
 /// preview, already decided otherwise, or a step not awaiting approval.
 Result<ApprovalOutcome> RecordApproval(const TokenClaims& claims, const ApprovalDecision& d,

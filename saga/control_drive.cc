@@ -20,8 +20,8 @@ Status RejectWaitingCommit(SagaRun* run, const ControlRequest& r) {
     if (!begun.ok()) return begun.status();
     const int64_t now = run->clock()->NowMs();
     const std::string note = ControlReason(r);
-    phase->approval =
-        preview_commit::ApprovalRecord{preview_commit::ApprovalRecord::kRejected, r.by, note, now};
+    phase->approval = preview_commit::ApprovalRecord{preview_commit::ApprovalRecord::kRejected,
+                                                     r.by, note, now, ""};
     begun->st.phase = phase->ToJson();
     begun->st.updated_ms = now;
     return run->CommitEntries(

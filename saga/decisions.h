@@ -7,6 +7,7 @@
 // Thread safety: value types.
 
 #include <string>
+#include <vector>
 
 #include "common/json_util.h"
 #include "common/status.h"
@@ -18,6 +19,13 @@ struct ApprovalDecision {
   bool approve = false;
   std::string who;   ///< required
   std::string note;  ///< why; required for a rejection
+  /// The roles `who` holds (the auth file's). A commit under an approval
+  /// policy counts only a person holding the rule's role; kPermissionDenied
+  /// otherwise. `any_role`: the caller is trusted with every role (a server
+  /// without auth). Not checked for "approval": "human" (the server checks
+  /// `approver` there).
+  std::vector<std::string> roles;
+  bool any_role = false;
   /// When set, the token must be for this saga / step (an API that names
   /// the step in its path); kFailedPrecondition otherwise.
   std::string expected_saga_id;

@@ -196,6 +196,12 @@ Result<SagaRecord> Engine::Decide(const std::string& token, const ApprovalDecisi
       return std::move(saga->record);
     case preview_commit::ApprovalOutcome::kReplayed:
       return RunLeased(lease.Hand());  // finish what a crash interrupted
+    case preview_commit::ApprovalOutcome::kCounted: {
+      // An approval short of the quorum: recorded; the commit waits on.
+      IDEM_RETURN_IF_ERROR(CommitClaimed(lease.lease(), &b));
+      IDEM_FAILPOINT("approval.after_counted");
+      return store_->LoadSaga(claims->saga_id);
+    }
     case preview_commit::ApprovalOutcome::kRecorded:
       break;
   }

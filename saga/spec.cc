@@ -576,15 +576,29 @@ int64_t ParseTtlMs(const Json& v) {
   return ms.ok() ? *ms : -1;
 }
 
-/// Reads two_phase, approval, approval_ttl, on_expiry and on_stale.
-Status ApplyTwoPhase(const Json& s, const ToolInfo& tool, const std::string& path, StepSpec* step) {
+/// Reads two_phase, approval (the step's, else `default_approval`, the
+/// saga's), approval_ttl, on_expiry and on_stale.
+Status ApplyTwoPhase(const Json& s, const ToolInfo& tool, const std::string& path,
+                     const Json& default_approval, StepSpec* step) {
   bool asked = s.value("two_phase", false);
   if (asked && !tool.has_preview) {
     return Error(path + ".two_phase", "tool " + Quote(tool.name) + " offers no preview");
   }
   step->two_phase = asked || (tool.effect == EffectClass::kIrreversible && tool.has_preview);
-  std::string approval = s.value("approval", "none");
-  if (approval == "human") {
+  const bool own = s.contains("approval");
+  const Json approval = own ? s["approval"] : step->two_phase ? default_approval : Json("none");
+  const std::string approval_at = own ? path + ".approval" : "approval";
+  if (approval.is_object()) {
+    if (!step->two_phase) {
+      return Error(approval_at,
+                   "a policy needs a two-phase step (\"two_phase\": true, on a tool with a "
+                   "preview)");
+    }
+    auto policy = ParseApprovalPolicy(approval, approval_at);
+    if (!policy.ok()) return policy.status();
+    step->policy = std::move(policy).value();
+    step->approval = Approval::kPolicy;
+  } else if (approval == "human") {
     if (!step->two_phase) {
       return Error(path + ".approval",
                    "\"human\" needs a two-phase step (\"two_phase\": true, on a tool with a "
@@ -750,7 +764,8 @@ Result<SagaSpec> Build(const Json& doc, const ToolRegistry& tools) {
       }
       step.compensate = std::move(c);
     }
-    IDEM_RETURN_IF_ERROR(ApplyTwoPhase(s, tool->info(), path, &step));
+    IDEM_RETURN_IF_ERROR(
+        ApplyTwoPhase(s, tool->info(), path, doc.value("approval", Json("none")), &step));
     if (s.contains("key")) {
       IDEM_RETURN_IF_ERROR(CheckTemplates(s["key"], scope, path + ".key"));
       IDEM_RETURN_IF_ERROR(ParseStepKey(s["key"], path + ".key", &step));

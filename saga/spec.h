@@ -12,7 +12,9 @@
 // "approval_ttl" (seconds, or "30s", "15m", "24h", "7d"; default 24h, at most
 // 30 days), after which "on_expiry" ("rollback" or "re_preview") applies. A
 // commit refused because the previewed resource changed follows "on_stale"
-// (default "re_preview").
+// (default "re_preview"). "approval" may also be a policy object (rules by
+// condition, role and quorum: saga/approval_policy.h); a top-level
+// "approval" is the default of every two-phase step that says none.
 //
 // Templates: a string that is exactly "${path}" is replaced by the JSON value
 // at path (any type); "${path}" inside a longer string is replaced by the
@@ -30,6 +32,7 @@
 #include <string>
 #include <vector>
 
+#include "saga/approval_policy.h"
 #include "tools/tool.h"
 
 #include "common/json_util.h"
@@ -62,7 +65,8 @@ struct GuardSpec {
 };
 
 /// Who must approve a two-phase step before its commit.
-enum class Approval { kNone, kHuman };
+/// kHuman: one person with the role `approver`; kPolicy: StepSpec::policy.
+enum class Approval { kNone, kHuman, kPolicy };
 /// What happens when an approval's token expires, or a commit finds the
 /// preview stale.
 enum class Fallback { kRollback, kRePreview };
@@ -83,7 +87,8 @@ struct StepSpec {
   /// preview -> commit token -> commit. Set by "two_phase": true, and always
   /// for an irreversible tool that offers a preview.
   bool two_phase = false;
-  Approval approval = Approval::kNone;           ///< "approval": "human"
+  Approval approval = Approval::kNone;           ///< "approval": "human" or a policy
+  std::optional<ApprovalPolicy> policy;          ///< kPolicy: the rules
   int64_t approval_ttl_ms = 24LL * 3600 * 1000;  ///< "approval_ttl": 900 or "15m"
   Fallback on_expiry = Fallback::kRollback;      ///< "on_expiry"
   Fallback on_stale = Fallback::kRePreview;      ///< "on_stale"

@@ -181,7 +181,7 @@ int64_t CompletionWindowMs(const ToolInfo&) {
 std::vector<KeyWait> MaxWaitBeforeKeyReuse(const StepSpec& step, const ToolInfo& tool,
                                            const std::string& path) {
   std::vector<KeyWait> parts;
-  if (step.approval == Approval::kHuman) {
+  if (step.approval != Approval::kNone) {
     parts.push_back({path + ".approval_ttl",
                      "approval_ttl " + FormatDurationMs(step.approval_ttl_ms),
                      step.approval_ttl_ms});

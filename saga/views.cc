@@ -6,6 +6,20 @@
 
 namespace idem {
 
+namespace {
+
+// The approvals counted so far, as the views show them.
+Json ApprovalsView(const preview_commit::PhaseRecord& phase) {
+  Json out = Json::array();
+  for (const auto& a : phase.approvals) {
+    out.push_back(
+        {{"by", a.by}, {"role", a.role}, {"at", FormatTimeMs(a.at_ms)}, {"note", a.note}});
+  }
+  return out;
+}
+
+}  // namespace
+
 Json StepView(const storage::StepRecord& st) {
   Json s = {{"index", st.index},
             {"id", st.step_id},
@@ -24,6 +38,10 @@ Json StepView(const storage::StepRecord& st) {
   if (auto phase = preview_commit::PhaseRecord::FromJson(st.phase)) {
     s["preview"] = phase->preview.ToJson();
     s["approval"] = phase->approval ? phase->approval->ToJson() : Json();
+    if (phase->policy) {
+      s["policy"] = phase->policy->ToJson();
+      s["approvals"] = ApprovalsView(*phase);
+    }
     // A phase without a deadline (none the engine writes) shows no expiry.
     if (phase->expires_ms > 0) s["approval_expires_at"] = FormatTimeMs(phase->expires_ms);
   }
@@ -50,13 +68,21 @@ std::optional<std::string> SagaParkCode(const storage::SagaSummary& saga) {
 std::optional<Json> ApprovalView(const std::string& saga_id, const storage::StepRecord& st) {
   auto phase = preview_commit::PhaseRecord::FromJson(st.phase);
   if (st.state != StepStateName(StepState::kAwaitingApproval) || !phase) return std::nullopt;
-  return Json{{"saga_id", saga_id},
-              {"step", st.step_id},
-              {"tool", st.tool},
-              {"args", st.args},
-              {"preview", phase->preview.ToJson()},
-              {"expires_at", FormatTimeMs(phase->expires_ms)},
-              {"token", phase->token}};
+  Json v = {{"saga_id", saga_id},
+            {"step", st.step_id},
+            {"tool", st.tool},
+            {"args", st.args},
+            {"preview", phase->preview.ToJson()},
+            {"expires_at", FormatTimeMs(phase->expires_ms)},
+            {"token", phase->token}};
+  // "approval": "human" is one approver; a policy's rule names its role.
+  const bool policy = phase->policy && phase->policy->pass.empty();
+  v["policy"] = policy ? Json{{"rule", phase->policy->rule},
+                              {"role", phase->policy->role},
+                              {"quorum", phase->policy->quorum}}
+                       : Json{{"rule", nullptr}, {"role", "approver"}, {"quorum", 1}};
+  v["approvals"] = ApprovalsView(*phase);
+  return v;
 }
 
 void AddSpecRef(const storage::SagaSummary& s, Json* view) {

@@ -6,6 +6,7 @@
 #include <set>
 #include <sstream>
 
+#include "saga/approval_policy.h"
 #include "server/problem.h"
 
 #include "common/json_util.h"
@@ -70,10 +71,16 @@ Result<std::vector<Principal>> ParsePrincipals(const std::string& json_text) {
     }
     for (size_t r = 0; r < e["roles"].size(); ++r) {
       const Json& role = e["roles"][r];
-      if (!role.is_string() ||
-          (role != kRoleAgent && role != kRoleApprover && role != kRoleOperator)) {
+      // agent, approver and operator are the API's; any other name is a
+      // role an approval policy may ask for (saga/approval_policy.h).
+      if (!role.is_string() || !IsRoleName(role.get<std::string>())) {
         return Status::InvalidArgument(at + ".roles[" + std::to_string(r) +
-                                       "]: expected \"agent\", \"approver\" or \"operator\"");
+                                       "]: expected \"agent\", \"approver\", \"operator\" or "
+                                       "a role of an approval policy ([a-z][a-z0-9_.-]{0,63})");
+      }
+      if (std::find(p.roles.begin(), p.roles.end(), role) != p.roles.end()) {
+        return Status::InvalidArgument(at + ".roles[" + std::to_string(r) + "]: \"" +
+                                       role.get<std::string>() + "\" appears twice");
       }
       p.roles.push_back(role.get<std::string>());
     }
@@ -136,6 +143,13 @@ const Principal* Authenticator::IdentifyToken(const std::string& token) const {
   HttpRequest req;
   req.headers.emplace("Authorization", "Bearer " + token);
   return Identify(req);
+}
+
+bool MayDecideApprovals(const Principal& p) {
+  for (const auto& r : p.roles) {
+    if (r != kRoleAgent && r != kRoleOperator) return true;
+  }
+  return false;
 }
 
 const Principal* Authenticator::Find(const std::string& name) const {

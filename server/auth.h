@@ -21,6 +21,11 @@ inline constexpr const char* kRoleApprover = "approver";
 /// may cancel its own).
 inline constexpr const char* kRoleOperator = "operator";
 
+/// True when `p` holds a role that decides on commits: `approver` (for
+/// "approval": "human") or a role of an approval policy (any role but
+/// agent and operator).
+bool MayDecideApprovals(const Principal& p);
+
 /// True for a loopback host name or address (127.0.0.0/8, ::1, localhost).
 bool IsLoopback(const std::string& host);
 

@@ -71,6 +71,11 @@ struct PendingApproval {
 };
 /// Every commit waiting for a person (sagas newest first).
 Result<std::vector<PendingApproval>> ListPendingApprovals(ServerContext& ctx);
+/// Whether `p` may decide on `a` now, for the lists:
+/// {"may_decide": bool, "why_not": "..."} (why_not only when refused): the
+/// role the commit needs (its policy's rule, else `approver`), not the
+/// requester, not one who already decided.
+Json MayDecide(const ServerContext& ctx, const Principal& p, const PendingApproval& a);
 /// GET /v1/approvals
 void ListApprovals(ServerContext& ctx, const HttpRequest& req, HttpResponse& res);
 /// POST /v1/approvals/{token}/approve (approve) or /reject.

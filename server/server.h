@@ -72,7 +72,7 @@ namespace idem::server {
 struct Principal {
   std::string name;                ///< [A-Za-z0-9._-]{1,64}
   std::string token_sha256;        ///< lower-case hex SHA-256 of the bearer token
-  std::vector<std::string> roles;  ///< "agent", "approver"
+  std::vector<std::string> roles;  ///< "agent", "approver", "operator", or a policy's ("finance")
 };
 
 /// Parses an auth document: [{"name": ..., "token_sha256": ..., "roles": [...]}, ...].

@@ -272,7 +272,10 @@ class Api {
 
   void Approvals(const HttpRequest& req, HttpResponse& res) const {
     AsSession(req, res, false, [this](const HttpRequest& as, HttpResponse& out) {
-      if (ctx_->auth->Authorize(as, out, {kRoleApprover}) == nullptr) return;
+      const Principal* decider = ctx_->auth->Identify(as);
+      if (decider == nullptr || !MayDecideApprovals(*decider)) {
+        if (ctx_->auth->Authorize(as, out, {kRoleApprover}) == nullptr) return;
+      }
       const Principal& me = Who(as);
       auto pending = ListPendingApprovals(*ctx_);
       if (!pending.ok()) return ProblemFor(out, pending.status());
@@ -288,6 +291,7 @@ class Api {
         v["saga_created_at"] = FormatTimeMs(a.saga.summary.created_ms);
         v["description"] = a.saga.spec.value("description", "");
         v["own"] = ctx_->auth->enabled() && OwnerOf(a.saga.summary.intent_key) == me.name;
+        v.update(MayDecide(*ctx_, me, a));
         // Why the agent asked: the model decision journaled with this call
         // (an open saga) or with the submission (a spec saga).
         if (Json d = RecordedDecision(ctx_->store, a.saga, a.step.step_id); d.is_object())
@@ -444,7 +448,8 @@ class Api {
     return Json{{"name", s.session.principal},
                 {"roles", roles},
                 {"csrf_token", s.session.csrf_token},
-                {"may_approve", has(kRoleApprover)},
+                {"may_approve",
+                 has(kRoleApprover) || s.principal == nullptr || MayDecideApprovals(*s.principal)},
                 {"may_operate", has(kRoleOperator)},
                 {"expires_at", FormatTimeMs(s.session.expires_ms)},
                 {"idle_timeout_s", o_.session_idle_ms / 1000}};

@@ -44,6 +44,7 @@
 #include <map>
 #include <optional>
 #include <random>
+#include <set>
 #include <sstream>
 #include <string>
 #include <tuple>
@@ -2381,6 +2382,124 @@ TEST_F(OpenSagaCrashTest, AKillDuringTheRollbackIsFinishedByRecoverWithOneUndoEa
     EXPECT_EQ(l.Effects("payments.refund", saga + "/c2:compensate"), 1) << l.Dump();
     EXPECT_EQ(l.Effects("flights.cancel", saga + "/c1:compensate"), 1) << l.Dump();
     EXPECT_EQ(Duplicates(l), 0) << l.Dump();
+  }
+}
+
+// ---- approval policies: a quorum of two (issue 19)
+//
+// The sequential trip whose payment needs two distinct finance approvals
+// (tests/specs/trip_quorum.json). A kill at each approval boundary, then
+// `recover` and the remaining approvals: one charge per saga, and never a
+// charge with fewer approvals than the quorum.
+
+constexpr const char* kQuorumSpec = IDEM_SOURCE_DIR "/tests/specs/trip_quorum.json";
+
+class QuorumCrashTest : public CrashTest {
+ protected:
+  static std::vector<std::string> ApproveAs(const std::string& token, const std::string& who) {
+    return {"approve", token, "--as", who, "--role", "finance", "--note", "ok by " + who};
+  }
+
+  // `run` to the approval: the saga waits for two finance approvals.
+  bool RunToQuorum(std::string* token) {
+    ProcessExit run = Travel({"run", kQuorumSpec, "--input", std::string("@") + kTripInput});
+    if (!run.Exited(cli::kExitAwaitingApproval)) {
+      ADD_FAILURE() << "run should wait for approval: " << run;
+      return false;
+    }
+    return OnePendingToken(token);
+  }
+
+  // The one saga, checked: no invariant broken (after recovery: `settled`),
+  // the payment charged `want_charges` times, and its first `submitted` (a
+  // retry after a kill resends under the same key) only with two distinct
+  // approvers journaled before it.
+  Json CheckSaga(int want_charges, bool settled = true) {
+    Verdict v = settled ? Check(1) : Verdict{};
+    if (!settled && !Observe(&v)) return Json::object();
+    EXPECT_TRUE(v.violations.empty()) << v.Report();
+    if (v.sagas.size() != 1) {
+      ADD_FAILURE() << v.Report();
+      return Json::object();
+    }
+    const Json& saga = v.sagas[0];
+    const std::string pay_key = saga["steps"][kPaymentStep].value("key", "");
+    EXPECT_EQ(v.ledger.Effects("payments.charge", pay_key), want_charges) << v.Report();
+    std::set<std::string> approvers;
+    for (const Json& e : saga.value("journal", Json::array())) {
+      if (e.value("step", "") != kTrip[kPaymentStep].id) continue;
+      const std::string event = e.value("event", "");
+      if (event == "approval_counted" || event == "approved") {
+        approvers.insert(e["data"].value("by", ""));
+      }
+      if (event == "submitted" && e["data"].contains("approved_by")) {
+        EXPECT_GE(approvers.size(), 2u)
+            << "a commit with fewer approvals than the quorum: " << saga.dump(2);
+        EXPECT_EQ(e["data"]["approvals"].size(), 2u) << e.dump();
+      }
+    }
+    const int submitted = JournalCount(saga, kTrip[kPaymentStep].id, "submitted");
+    EXPECT_EQ(submitted > 0, want_charges > 0) << saga.dump(2);
+    return saga;
+  }
+};
+
+TEST_F(QuorumCrashTest, AKillAfterTheFirstApprovalKeepsItAndTheSecondCommitsOnce) {
+  std::string token;
+  ASSERT_TRUE(RunToQuorum(&token));
+  ProcessExit killed = Travel(ApproveAs(token, "maria"), "approval.after_counted=kill");
+  ASSERT_TRUE(Crashed(killed)) << killed;
+  ProcessExit rec = Recover("", {});
+  EXPECT_TRUE(rec.Exited(cli::kExitOk)) << rec;
+  Json saga = CheckSaga(0);
+  EXPECT_EQ(saga.value("state", ""), "awaiting_approval");
+  const Json& pay = saga["steps"][kPaymentStep];
+  ASSERT_EQ(pay["approvals"].size(), 1u) << pay.dump(2);
+  EXPECT_EQ(pay["approvals"][0]["by"], "maria");
+  EXPECT_EQ(JournalCount(saga, kTrip[kPaymentStep].id, "approval_counted"), 1);
+  // maria again: refused, nothing changes (exit 10).
+  ProcessExit twice = Travel(ApproveAs(token, "maria"));
+  EXPECT_TRUE(twice.Exited(cli::kExitAlreadyDecided)) << twice;
+  // Without --role finance: refused (exit 2).
+  ProcessExit no_role = Travel({"approve", token, "--as", "omar"});
+  EXPECT_TRUE(no_role.Exited(cli::kExitUsage)) << no_role;
+  ProcessExit second = Travel(ApproveAs(token, "jonas"));
+  EXPECT_TRUE(second.Exited(cli::kExitOk)) << second;
+  EXPECT_EQ(CheckSaga(1).value("state", ""), "succeeded");
+  EXPECT_EQ(SpentTokens(saga.value("saga_id", "")), 1);
+}
+
+TEST_F(QuorumCrashTest, AKillAfterTheSecondApprovalBeforeSubmittedIsCommittedOnceByRecover) {
+  std::string token;
+  ASSERT_TRUE(RunToQuorum(&token));
+  ASSERT_TRUE(Travel(ApproveAs(token, "maria")).Exited(cli::kExitAwaitingApproval));
+  ProcessExit killed = Travel(ApproveAs(token, "jonas"), "approval.after_commit=kill");
+  ASSERT_TRUE(Crashed(killed)) << killed;
+  Json before = CheckSaga(0, /*settled=*/false);  // killed: the saga still says running
+  EXPECT_EQ(JournalCount(before, kTrip[kPaymentStep].id, "approved"), 1) << before.dump(2);
+  ProcessExit rec = Recover("", {});
+  EXPECT_TRUE(rec.Exited(cli::kExitOk)) << rec;
+  Json saga = CheckSaga(1);
+  EXPECT_EQ(saga.value("state", ""), "succeeded");
+  // jonas's approval replayed: the recorded outcome, no second charge.
+  ProcessExit again = Travel(ApproveAs(token, "jonas"));
+  EXPECT_TRUE(again.Exited(cli::kExitOk)) << again;
+  CheckSaga(1);
+}
+
+TEST_F(QuorumCrashTest, AKillDuringTheCommitIsFinishedByRecoverWithOneCharge) {
+  for (const char* fp : {"step.after_submitted", "provider.after_apply", "step.after_call"}) {
+    SCOPED_TRACE(fp);
+    db_ = dir_ / (CaseName(fp) + ".db");  // a fresh journal and ledger for each boundary
+    ledger_ = dir_ / (CaseName(fp) + ".db.ledger.sqlite");
+    std::string token;
+    ASSERT_TRUE(RunToQuorum(&token));
+    ASSERT_TRUE(Travel(ApproveAs(token, "maria")).Exited(cli::kExitAwaitingApproval));
+    ProcessExit killed = Travel(ApproveAs(token, "jonas"), std::string(fp) + "=kill");
+    ASSERT_TRUE(Crashed(killed)) << killed;
+    ProcessExit rec = Recover("", {});
+    EXPECT_TRUE(rec.Exited(cli::kExitOk)) << rec;
+    EXPECT_EQ(CheckSaga(1).value("state", ""), "succeeded");
   }
 }
 

@@ -64,7 +64,7 @@ TEST(PhaseRecordTest, SettledOnceDecidedOrExpired) {
   ASSERT_TRUE(rec.has_value());
   EXPECT_FALSE(rec->Settled(rec->expires_ms - 1));
   EXPECT_TRUE(rec->Settled(rec->expires_ms));
-  rec->approval = ApprovalRecord{ApprovalRecord::kApproved, "maria", "", 1};
+  rec->approval = ApprovalRecord{ApprovalRecord::kApproved, "maria", "", 1, ""};
   EXPECT_TRUE(rec->Settled(0));
 }
 

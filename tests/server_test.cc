@@ -188,6 +188,10 @@ const char* kAgent1 = "token-agent-1";
 const char* kAgent2 = "token-agent-2";
 const char* kApprover = "token-approver-1";
 const char* kOperator = "token-operator-1";
+// Approval policies: roles of the auth file beyond the API's.
+const char* kFinance1 = "token-finance-1";          // approver and finance
+const char* kFinance2 = "token-finance-2";          // finance only
+const char* kAgentFinance = "token-agent-finance";  // an agent who also holds finance
 
 Json OneStepSpec() {
   return {{"name", "trip"},
@@ -279,7 +283,10 @@ class ServerTest : public ::testing::Test {
     o.principals = {{"agent-1", Sha256Hex(kAgent1), {"agent"}},
                     {"agent-2", Sha256Hex(kAgent2), {"agent"}},
                     {"approver-1", Sha256Hex(kApprover), {"approver"}},
-                    {"ops-1", Sha256Hex(kOperator), {"operator"}}};
+                    {"ops-1", Sha256Hex(kOperator), {"operator"}},
+                    {"maria", Sha256Hex(kFinance1), {"approver", "finance"}},
+                    {"jonas", Sha256Hex(kFinance2), {"finance"}},
+                    {"agent-fin", Sha256Hex(kAgentFinance), {"agent", "finance"}}};
     o.workers = 2;
     o.sweep_ms = 200;
     o.state_path = dir_.File("server.db");
@@ -467,6 +474,84 @@ TEST_F(ServerTest, CancellingARunningSagaRollsItBackAfterTheStepInProgress) {
   EXPECT_NE(done["reason"].get<std::string>().find("cancelled by agent-1"), std::string::npos)
       << done.dump();
   EXPECT_EQ(ledger_->Count(done["steps"][1]["key"].get<std::string>()), 0);
+}
+
+// An approval policy over HTTP (issue 19): the pending approval shows the
+// rule and the approvals so far; the rule's role decides; the requester never
+// counts; the same person twice is 409; two distinct people commit.
+TEST_F(ServerTest, ApprovalPolicyQuorumOverHttp) {
+  Json spec = PaySpec();
+  spec["name"] = "policy-pay";
+  spec["steps"][1]["approval"] = {
+      {"rules",
+       {{{"when", "preview.changes.amount <= 100"}, {"pass", "small: no person needed"}},
+        {{"role", "finance"}, {"quorum", 2}}}}};
+  // A small payment passes by policy and journals why.
+  auto small = Post("/v1/sagas", {{"spec", spec}, {"input", {{"amount", 40}}}}, kAgentFinance,
+                    "policy-small");
+  ASSERT_EQ(small->status, 201) << small->body;
+  Json passed =
+      WaitFor(api_.Check("post", "/v1/sagas", small)["saga_id"], "succeeded", kAgentFinance);
+  auto big = Post("/v1/sagas", {{"spec", spec}, {"input", {{"amount", 900}}}}, kAgentFinance,
+                  "policy-big");
+  ASSERT_EQ(big->status, 201) << big->body;
+  const std::string id = api_.Check("post", "/v1/sagas", big)["saga_id"];
+  WaitFor(id, "awaiting_approval", kAgentFinance);
+
+  auto list_as = [&](const char* token) {
+    Json l = api_.Check("get", "/v1/approvals", Get("/v1/approvals", token));
+    for (const auto& a : l.value("approvals", Json::array())) {
+      if (a["saga_id"] == id) return a;
+    }
+    ADD_FAILURE() << "no pending approval of " << id << ": " << l.dump();
+    return Json();
+  };
+  Json pending = list_as(kFinance2);  // finance only: may list
+  EXPECT_EQ(pending["policy"], (Json{{"rule", 1}, {"role", "finance"}, {"quorum", 2}}));
+  EXPECT_EQ(pending["approvals"], Json::array());
+  EXPECT_EQ(pending["may_decide"], true);
+  const std::string token = pending["token"];
+  EXPECT_EQ(list_as(kApprover)["may_decide"], false);
+  EXPECT_NE(list_as(kApprover).value("why_not", "").find("does not hold the role finance"),
+            std::string::npos);
+
+  auto path = "/v1/approvals/" + token + "/approve";
+  // An approver without finance: 403 role-missing, nothing changes.
+  auto no_role = Post(path, {{"note", "fine"}}, kApprover);
+  Json p1 = api_.Check("post", "/v1/approvals/{token}/approve", no_role);
+  EXPECT_EQ(no_role->status, 403);
+  EXPECT_EQ(p1["type"], "urn:idem:problem:role-missing");
+  // The requester holds finance, and still never counts.
+  auto own = Post(path, {{"note", "mine"}}, kAgentFinance);
+  Json p2 = api_.Check("post", "/v1/approvals/{token}/approve", own);
+  EXPECT_EQ(own->status, 403);
+  EXPECT_EQ(p2["type"], "urn:idem:problem:self-approval");
+  EXPECT_NE(p2.value("detail", "").find("the requester never counts"), std::string::npos);
+
+  auto first = Post(path, {{"note", "checked the invoice"}}, kFinance1);
+  Json s1 = api_.Check("post", "/v1/approvals/{token}/approve", first);
+  ASSERT_EQ(first->status, 200) << first->body;
+  EXPECT_EQ(s1["state"], "awaiting_approval");
+  EXPECT_EQ(ledger_->Count(s1["steps"][1].value("key", "")), 0) << "one of two: no charge";
+  Json after = list_as(kFinance2);
+  ASSERT_EQ(after["approvals"].size(), 1u);
+  EXPECT_EQ(after["approvals"][0]["by"], "maria");
+  EXPECT_EQ(after["approvals"][0]["role"], "finance");
+  EXPECT_EQ(after["approvals"][0]["note"], "checked the invoice");
+  EXPECT_EQ(list_as(kFinance1)["may_decide"], false) << "maria decided already";
+
+  auto twice = Post(path, {{"note", "again"}}, kFinance1);
+  Json p3 = api_.Check("post", "/v1/approvals/{token}/approve", twice);
+  EXPECT_EQ(twice->status, 409);
+  EXPECT_EQ(p3["type"], "urn:idem:problem:already-decided");
+  EXPECT_EQ(list_as(kFinance2)["approvals"].size(), 1u) << "nothing changed";
+
+  auto second = Post(path, {{"note", "ok"}}, kFinance2);
+  Json s2 = api_.Check("post", "/v1/approvals/{token}/approve", second);
+  ASSERT_EQ(second->status, 200) << second->body;
+  EXPECT_EQ(s2["state"], "succeeded");
+  EXPECT_EQ(ledger_->Count(s2["steps"][1].value("key", "")), 1);
+  EXPECT_EQ(passed["state"], "succeeded");
 }
 
 TEST_F(ServerTest, ApprovalFlowOverHttp) {
@@ -1006,8 +1091,17 @@ TEST(Principals, ParsesAndRefusesBadEntries) {
   EXPECT_FALSE(
       ParsePrincipals(R"([{"name": "a", "token_sha256": "xyz", "roles": ["agent"]}])").ok());
   auto role = ParsePrincipals(R"([{"name": "a", "token_sha256": ")" + Sha256Hex("t") +
-                              R"(", "roles": ["admin"]}])");
+                              R"(", "roles": ["Admin!"]}])");
   EXPECT_NE(role.status().message().find("roles[0]"), std::string::npos);
+  // Any other well-formed name is a role an approval policy may ask for.
+  auto custom = ParsePrincipals(R"([{"name": "a", "token_sha256": ")" + Sha256Hex("t") +
+                                R"(", "roles": ["approver", "finance"]}])");
+  ASSERT_OK(custom);
+  EXPECT_EQ((*custom)[0].roles, (std::vector<std::string>{"approver", "finance"}));
+  auto twice = ParsePrincipals(R"([{"name": "a", "token_sha256": ")" + Sha256Hex("t") +
+                               R"(", "roles": ["finance", "finance"]}])");
+  EXPECT_NE(twice.status().message().find("roles[1]: \"finance\" appears twice"),
+            std::string::npos);
 }
 
 }  // namespace

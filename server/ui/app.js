@@ -169,9 +169,30 @@ function fillCard(li, a) {
   link.setAttribute('href', '#/sagas/' + a.saga_id);
   fillChanges(li.querySelector('.changes tbody'), a.preview && a.preview.changes);
   li.querySelector('.args').textContent = JSON.stringify(a.args, null, 2);
+  li.querySelector('.quorum').textContent = quorumText(a);
   const own = a.own === true;
   for (const b of li.querySelectorAll('button')) b.disabled = own || !me.may_approve;
   if (own) li.querySelector('.outcome').textContent = 'You asked for this commit: another person decides.';
+  // Someone who may not decide (not the policy's role, or decided already)
+  // sees why instead of the buttons.
+  const mayNot = li.querySelector('.may-not');
+  const refused = !own && a.may_decide === false;
+  mayNot.hidden = !refused;
+  mayNot.textContent = refused ? 'You may not decide on this commit: ' + (a.why_not || '') : '';
+  li.querySelector('form.decide').hidden = refused;
+}
+
+// "1 of 2 finance approvals: maria at 12:03" (the policy's rule and the
+// approvals so far); "1 approver" for "approval": "human".
+function quorumText(a) {
+  const p = a.policy || { role: 'approver', quorum: 1, rule: null };
+  const got = a.approvals || [];
+  if (p.rule === null && got.length === 0) return '1 approver';
+  let text = got.length + ' of ' + p.quorum + ' ' + p.role + (p.quorum === 1 ? ' approval' : ' approvals');
+  if (got.length) {
+    text += ': ' + got.map((g) => g.by + ' at ' + String(g.at || '').slice(11, 16)).join(', ');
+  }
+  return text;
 }
 
 async function inboxPage() {
@@ -216,6 +237,18 @@ async function decide(li, approve) {
     out.textContent = 'Refused (' + r.status + '): ' + (r.body.detail || r.body.title || '');
     for (const b of li.querySelectorAll('button')) b.disabled = false;
     return;
+  }
+  if (approve && r.body.state === 'awaiting_approval') {
+    // Counted toward the quorum: the commit waits for another person.
+    const again = await api('GET', '/ui/api/approvals');
+    const next = again.status === 200 &&
+      again.body.approvals.find((x) => x.saga_id === li.dataset.saga && x.step === li.dataset.step);
+    if (next && next.token === token) {
+      fillCard(li, next);
+      out.className = 'outcome ok';
+      out.textContent = 'Approved: ' + quorumText(next) + '. The commit waits for another person.';
+      return;
+    }
   }
   out.textContent = (approve ? 'Approved' : 'Rejected') + '; following the saga…';
   follow(li, token);

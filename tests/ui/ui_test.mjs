@@ -93,12 +93,15 @@ async function cleanup(rc) {
 
 const sha = (t) => createHash('sha256').update(t).digest('hex');
 const tokens = {};
-for (const n of ['agent', 'maria', 'ops', 'sam']) tokens[n] = randomBytes(32).toString('hex');
+for (const n of ['agent', 'maria', 'ops', 'sam', 'lea', 'noor']) tokens[n] = randomBytes(32).toString('hex');
 fs.writeFileSync(path.join(WORK, 'auth.json'), JSON.stringify([
   { name: 'agent-1', token_sha256: sha(tokens.agent), roles: ['agent'] },
   { name: 'maria', token_sha256: sha(tokens.maria), roles: ['approver'] },
   { name: 'ops', token_sha256: sha(tokens.ops), roles: ['operator', 'approver'] },
   { name: 'sam', token_sha256: sha(tokens.sam), roles: ['agent', 'approver'] },
+  // An approval policy's role (finance): two people for the largest payments.
+  { name: 'lea', token_sha256: sha(tokens.lea), roles: ['finance'] },
+  { name: 'noor', token_sha256: sha(tokens.noor), roles: ['finance', 'approver'] },
 ]), { mode: 0o600 });
 
 const PPORT = await freePort();
@@ -469,6 +472,44 @@ async function main() {
     expect(wide <= 390, 'no horizontal scroll, width ' + wide);
     await page.screenshot({ path: path.join(SHOTS, 'inbox-phone.png'), fullPage: true });
     await ctx.close();
+  });
+
+  await check('two finance people approve a large payment in turn: the first is counted, the second commits', async () => {
+    const quorumTrip = JSON.parse(JSON.stringify(trip));
+    quorumTrip.steps.find((st) => st.id === 'charge_payment').approval = { rules: [
+      { when: 'preview.changes.amount_cents <= 10000', pass: 'at or below EUR 100.00' },
+      { role: 'finance', quorum: 2 }] };
+    const id = await submit('agent', 'eve-two-person', quorumTrip, { ...input, traveller: 'Eve', amount_cents: 777700 });
+    await waitState(id, 'awaiting_approval');
+    // Someone without the role sees why, in place of the buttons.
+    const ops = await signedInPage('ops');
+    const oc = card(ops, id);
+    await oc.waitFor();
+    has(await oc.locator('.quorum').textContent(), '0 of 2 finance approvals', 'the policy on the card');
+    has(await oc.locator('.may-not').textContent(), 'does not hold the role finance', 'why ops may not decide');
+    expect(!(await oc.locator('button.approve').isVisible()), 'no Approve button for ops');
+    await ops.context().close();
+
+    const lea = await signedInPage('lea');
+    const lc = card(lea, id);
+    await lc.waitFor();
+    await lc.locator('.note').fill('checked the invoice');
+    await lc.locator('button.approve').click();
+    await lc.locator('.outcome', { hasText: 'waits for another person' }).waitFor();
+    has(await lc.locator('.quorum').textContent(), '1 of 2 finance approvals: lea at ', 'the count after one');
+    expect(await sagaState(id) === 'awaiting_approval', 'still waiting after one of two');
+    expect(!(await lc.locator('button.approve').isVisible()), 'lea cannot approve twice');
+    has(await lc.locator('.may-not').textContent(), 'lea already approved', 'why lea may not again');
+    await lea.context().close();
+
+    const noor = await signedInPage('noor');
+    const nc = card(noor, id);
+    await nc.waitFor();
+    has(await nc.locator('.quorum').textContent(), '1 of 2 finance approvals: lea at ', "noor sees lea's approval");
+    await nc.locator('button.approve').click();
+    await nc.locator('.outcome', { hasText: 'Saga succeeded' }).waitFor({ timeout: 30000 });
+    await noor.screenshot({ path: path.join(SHOTS, 'two-person.png'), fullPage: true });
+    await noor.context().close();
   });
 
   console.log(`1..${checks}`);
