@@ -176,6 +176,7 @@ class Tools {
       } else {
         out.kind = LookupKind::kApplied;
         out.result = found;
+        out.external_ref = found.value("ref", "");
       }
     } catch (const std::exception& e) {
       out.kind = LookupKind::kError;
