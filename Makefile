@@ -25,9 +25,11 @@ $(ASAN_BUILD)/CMakeCache.txt: | deps
 build-asan: deps $(ASAN_BUILD)/CMakeCache.txt
 	cmake --build $(ASAN_BUILD) -j$(JOBS)
 
-# The travel demo on the embedded store: happy path, rollback, crash + recover.
+# The travel demo on the embedded store: happy path, rollback, crash + recover;
+# then the payments demo (authorize, approve by policy, capture or void).
 demo: build
 	@bash scripts/demo.sh $(BUILD)
+	@bash examples/payments/demo.sh $(BUILD)
 
 # The same trip through `idem serve` with curl, the providers over HTTP.
 demo-server: build

@@ -1,6 +1,7 @@
 #include "compensation/undo.h"
 
 #include "compensation/rollback.h"
+#include "saga/hold.h"
 #include "saga/park.h"
 
 #include "common/failpoint.h"
@@ -56,6 +57,18 @@ Result<UndoEnd> DriveUndo(SagaRun* run, int index) {
 
   switch (d.state()) {
     case StepState::kSucceeded: {
+      if (HoldCaptured(run->spec(), index, run->step_states())) {
+        // The capture took this hold: its refund undoes the payment, and a
+        // captured hold has nothing left to void (saga/hold.h).
+        IDEM_RETURN_IF_ERROR(d.Fire(StepEvent::kRollbackStarted));
+        IDEM_RETURN_IF_ERROR(d.Fire(StepEvent::kUndone));
+        d.queue.clear();
+        IDEM_RETURN_IF_ERROR(run->CommitStep(
+            d, "compensated",
+            {{"attempt", 0},
+             {"skipped", "the hold was captured; the capture's refund undoes it"}}));
+        return UndoEnd::kUndone;
+      }
       if (!args.ok()) return blocked();
       IDEM_FAILPOINT("compensation.before_submitted");
       IDEM_RETURN_IF_ERROR(d.Fire(StepEvent::kRollbackStarted));

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "saga/approval_policy.h"
+#include "saga/hold.h"
 #include "saga/machines.h"
 
 #include "common/failpoint.h"
@@ -85,6 +86,19 @@ Result<PhaseEnd> AdvanceTwoPhase(SagaRun* run, StepDrive* d) {
     IDEM_RETURN_IF_ERROR(d->Fire(StepEvent::kFailed));
     return PhaseEnd::kContinue;
   };
+  // A hold's capture (saga/hold.h) is never made once the hold expired.
+  const bool capture = spec.hold && spec.hold->capture == d->index;
+  const int64_t hold_expires =
+      capture ? HoldExpiresMs(spec, run->record().steps[spec.hold->authorize]) : 0;
+  auto hold_expired = [&] { return capture && run->clock()->NowMs() >= hold_expires; };
+  auto fail_expired_hold = [&]() -> Result<PhaseEnd> {
+    st->error = "hold_expired: the hold expired at " + FormatTimeMs(hold_expires) +
+                "; not captured, the saga rolls back and voids it";
+    IDEM_RETURN_IF_ERROR(d->Fire(
+        d->state() == StepState::kAwaitingApproval ? StepEvent::kExpired : StepEvent::kFailed,
+        StepFacts::WithRePreview(false)));
+    return PhaseEnd::kContinue;
+  };
   for (int round = 0; round < 2 * kMaxPreviews + 2; ++round) {
     const PhaseRecord phase = PhaseRecord::FromJson(st->phase).value_or(PhaseRecord{});
     switch (d->state()) {
@@ -123,6 +137,8 @@ Result<PhaseEnd> AdvanceTwoPhase(SagaRun* run, StepDrive* d) {
           human = demand->pass.empty();
         }
         int64_t ttl = human ? spec.approval_ttl_ms : options.commit_token_ttl_ms;
+        if (hold_expired()) return fail_expired_hold();
+        if (capture) ttl = std::min(ttl, hold_expires - run->clock()->NowMs());
         TokenClaims claims;
         auto token = options.signer->Mint(saga_id, st->step_id, st->args_fingerprint, ttl, &claims);
         if (!token.ok()) return token.status();
@@ -155,6 +171,7 @@ Result<PhaseEnd> AdvanceTwoPhase(SagaRun* run, StepDrive* d) {
         break;
       }
       case StepState::kPreviewed: {
+        if (hold_expired()) return fail_expired_hold();
         if (run->clock()->NowMs() >= phase.expires_ms) {
           IDEM_RETURN_IF_ERROR(d->Fire(StepEvent::kExpired));
           IDEM_RETURN_IF_ERROR(
@@ -179,6 +196,9 @@ Result<PhaseEnd> AdvanceTwoPhase(SagaRun* run, StepDrive* d) {
         return PhaseEnd::kContinue;
       }
       case StepState::kAwaitingApproval: {
+        if (hold_expired() && (!phase.approval || phase.approval->approved())) {
+          return fail_expired_hold();
+        }
         if (!phase.approval) {
           if (run->clock()->NowMs() < phase.expires_ms) return PhaseEnd::kWaiting;
           bool re_preview = spec.on_expiry == Fallback::kRePreview;

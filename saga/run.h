@@ -140,6 +140,7 @@ class SagaRun {
   const std::string& saga_id() const { return rec_.summary.saga_id; }
   SagaState state() const { return state_; }
   StepState step_state(int index) const { return step_states_[index]; }
+  const std::vector<StepState>& step_states() const { return step_states_; }
   int step_count() const { return static_cast<int>(rec_.steps.size()); }
   const SagaSpec& spec() const { return spec_; }
   /// compensable()[i]: step i has a compensation.

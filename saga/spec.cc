@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "saga/guard_spec.h"
+#include "saga/hold.h"
 #include "saga/limits.h"
 #include "saga/schedule.h"
 #include "saga/schema_text.h"
@@ -798,7 +799,14 @@ Result<SagaSpec> ParseSpec(const Json& doc, const ToolRegistry& tools) {
       return Error("", "nested deeper than " + std::to_string(kMaxDepth) + " levels");
     }
     IDEM_RETURN_IF_ERROR(ValidateAgainstSchema(doc));
-    return Build(doc, tools);
+    std::vector<HoldOrigin> origin;  // saga/hold.h: "hold" steps as two
+    auto expanded = ExpandHolds(doc, &origin);
+    if (!expanded.ok()) return expanded.status();
+    auto spec = Build(*expanded, tools);
+    if (!spec.ok()) return PlaceHoldError(spec.status(), origin);
+    LinkHolds(doc, origin, &*spec);
+    spec->raw = doc;
+    return spec;
   } catch (const std::exception& e) {
     // A bug: the schema should have refused what Build cannot read.
     return Status::Internal(std::string("spec: unexpected error: ") + e.what());

@@ -64,6 +64,14 @@ struct GuardSpec {
   RetryPolicy retry = RetryPolicy::DefaultFor(EffectClass::kRead);
 };
 
+/// A hold (saga/hold.h): the authorization step and the capture step it
+/// expands into (indices in SagaSpec::steps), and the hold's lifetime.
+struct HoldLink {
+  int authorize = -1;
+  int capture = -1;
+  int64_t lifetime_ms = 0;
+};
+
 /// Who must approve a two-phase step before its commit.
 /// kHuman: one person with the role `approver`; kPolicy: StepSpec::policy.
 enum class Approval { kNone, kHuman, kPolicy };
@@ -95,6 +103,8 @@ struct StepSpec {
   /// The steps this one runs after (indices; saga/schedule.h): its "after"
   /// list, or the previous step in a spec where no step says "after".
   std::vector<int> after;
+  /// Set on both steps a "hold" expands into (saga/hold.h).
+  std::optional<HoldLink> hold;
   static constexpr int64_t kMaxApprovalTtlMs = 30LL * 24 * 3600 * 1000;
 };
 
