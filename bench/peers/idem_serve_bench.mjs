@@ -29,7 +29,13 @@ const submit = async (i) => {
       },
       body: JSON.stringify({ spec, input: { n: i } }),
     });
-    const body = await r.json();
+    const text = await r.text();
+    let body;
+    try {
+      body = JSON.parse(text);
+    } catch {
+      throw new Error(`idem answered ${r.status}: ${text.slice(0, 80)}`);
+    }
     if (r.status === 202 && performance.now() < deadline) continue;
     if (r.status !== 201 && r.status !== 200) {
       throw new Error(`idem answered ${r.status}: ${body.state || body.title || r.status}`);

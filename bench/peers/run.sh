@@ -150,7 +150,7 @@ start_serve() {  # `idem serve` on SQLite with the no-op tools; URL in $serve_ur
       steps: [step("s1", "a"), step("s2", "b"), step("s3", "c")]}));' "$dir" "$tool_url"
   port=$(free_port)
   start_bg "$dir/serve.log" "$idem" --store "$dir/journal.db" serve --listen "127.0.0.1:$port" \
-    --auth "$dir/auth.json" --tools "$dir/tools.json" --no-ui
+    --auth "$dir/auth.json" --tools "$dir/tools.json" --no-ui --max-connections-per-client 256
   serve_url="http://127.0.0.1:$port"
   serve_token=$token
   serve_spec="$dir/spec.json"
