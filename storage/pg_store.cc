@@ -1965,8 +1965,8 @@ Result<StoreGauges> PgStore::ReadGauges(const GaugeQuery& query) {
       "SELECT false, state, count(*)::bigint, 0, 0, 0, (SELECT now_ms FROM clock) FROM sagas"
       " WHERE NOT $4::bool AND state NOT IN (SELECT state FROM detail) GROUP BY state "
       "UNION ALL "
-      "SELECT true, '', (SELECT count(*) FROM steps WHERE $2::text <> '' AND state = $2::text"
-      " AND saga_id IN (SELECT saga_id FROM sagas WHERE state = $2::text))::bigint, 0, 0, 0,"
+      "SELECT true, '', (SELECT count(*) FROM sagas s JOIN steps t ON t.saga_id = s.saga_id"
+      " WHERE $2::text <> '' AND s.state = $2::text AND t.state = $2::text)::bigint, 0, 0, 0,"
       " (SELECT now_ms FROM clock)";
   return Run<StoreGauges>("ReadGauges", Access::kOneStatement,
                           [&](pqxx::transaction_base& tx) -> Result<StoreGauges> {

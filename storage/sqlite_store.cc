@@ -1180,9 +1180,12 @@ Result<StoreGauges> SqliteStore::ReadGauges(const GaugeQuery& query) {
       }
     }
     if (!query.waiting_state.empty()) {
+      // From the waiting sagas (sagas_by_state_lease) to their steps (the
+      // primary key): CROSS JOIN keeps that order, so the steps of the
+      // finished sagas are never read.
       Stmt q = c.Get(
-          "SELECT COUNT(*) FROM steps WHERE state = ?1"
-          " AND saga_id IN (SELECT saga_id FROM sagas WHERE state = ?1)");
+          "SELECT COUNT(*) FROM sagas s CROSS JOIN steps t ON t.saga_id = s.saga_id"
+          " WHERE s.state = ?1 AND t.state = ?1");
       q->bind(1, query.waiting_state);
       if (q->executeStep()) out.waiting_steps = q->getColumn(0).getInt64();
     }
