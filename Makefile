@@ -6,7 +6,7 @@ ASAN_BUILD ?= build-asan
 CMAKE_FLAGS ?=
 
 .PHONY: all deps build build-asan demo demo-server test test-fast test-asan clean format bench \
-	http-attack http-attack-server chaos
+	bench-peers http-attack http-attack-server chaos
 
 all: build
 
@@ -50,6 +50,12 @@ test-fast: build
 # bench/out/results.json. BENCH_QUICK=1 for a short check that they run.
 bench: build
 	@bash bench/run.sh $(BUILD)
+
+# idem beside DBOS Transact and Restate (docs/bench.md, "The peer engines"):
+# interleaved rounds, the table in bench/out/peers/results.txt. BENCH_QUICK=1
+# for one short round (about a minute).
+bench-peers: build
+	@bash bench/peers/run.sh $(BUILD)
 
 # The attacks of issue 12 at full size against the http/ front (about a
 # minute): /healthz latency and RSS after each (tests/http_attack.cc).

@@ -47,6 +47,7 @@
 #include "tools/tool.h"
 
 #include "common/clock.h"
+#include "observability/metrics.h"
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -84,9 +85,12 @@ struct Config {
   int resume = 10'000;
   int recover_concurrency = 64;
   int pg_cpu_sagas = 1000;
+  int grown = 1'000'000;   // finished sagas bulk-loaded for the grown-journal case
+  int read_calls = 20;     // calls per read-latency figure (median)
+  std::string peer_round;  // --peer-round sqlite|pg: one round of `make bench-peers`
   bool pg_group_commit = storage::PgOptions{}.group_commit;  // the store's default
   int pg_pool = 0;                                           // 0: the store's default pool size
-  std::string skip;  // comma-separated: anchors,steps,cpu,resume,waiting,noleases
+  std::string skip;  // comma-separated: anchors,steps,cpu,resume,waiting,noleases,grown,randomids
   bool Skip(const std::string& what) const {
     return ("," + skip + ",").find("," + what + ",") != std::string::npos;
   }
@@ -590,14 +594,23 @@ int RunSaga(Engine* engine, const SagaSpec& spec, const std::string& key, int64_
 
 // ---- idem: steps/s, latency, commits and WAL bytes per step, duplicates ---------------
 
+// `existing`: measure on that store (the grown journal) instead of a fresh
+// one, and leave it; `random_ids`: the saga ids of before time-ordered ids.
 void IdemThroughput(const Config& cfg, const std::string& store_kind, bool use_leases, int conc,
-                    int rep, const std::string& tag) {
+                    int rep, const std::string& tag, StoreUnderTest* existing = nullptr,
+                    bool random_ids = false) {
   ToolRegistry tools;
   RegisterTools(&tools);
   SagaSpec spec = ThreeStepSpec(tools);
-  StoreUnderTest s = store_kind == "sqlite" ? OpenSqlite(cfg.data_dir + "/idem_steps.db", true)
-                                            : OpenPg(cfg, "bench_idem", true, 0);
-  Engine engine(s.store.get(), &tools, BenchEngineOptions(use_leases));
+  StoreUnderTest fresh;
+  if (existing == nullptr) {
+    fresh = store_kind == "sqlite" ? OpenSqlite(cfg.data_dir + "/idem_steps.db", true)
+                                   : OpenPg(cfg, "bench_idem", true, 0);
+  }
+  StoreUnderTest& s = existing != nullptr ? *existing : fresh;
+  EngineOptions eo = BenchEngineOptions(use_leases);
+  eo.random_saga_ids = random_ids;
+  Engine engine(s.store.get(), &tools, eo);
   std::vector<int64_t> counters(conc, 0);
   std::mutex keys_mu;
   std::vector<std::pair<std::string, int64_t>> done;  // finished (key, n), for duplicates
@@ -666,7 +679,217 @@ void IdemThroughput(const Config& cfg, const std::string& store_kind, bool use_l
     Record(p + ".dup_flushes", name + " disk flushes per duplicate call", "",
            static_cast<double>(d1.flushes - d0.flushes) / calls);
   }
-  CloseAndDrop(cfg, &s);
+  if (existing == nullptr) CloseAndDrop(cfg, &s);
+}
+
+// ---- idem: cost as the journal grows ----------------------------------------------------
+
+// The names of a table's columns, in order.
+std::vector<std::pair<std::string, std::string>> Columns(StoreUnderTest* s,
+                                                         const std::string& table) {
+  std::vector<std::pair<std::string, std::string>> out;  // (name, type)
+  if (s->kind == "sqlite") {
+    sqlite3* db = nullptr;
+    if (sqlite3_open_v2(s->sqlite_path.c_str(), &db, SQLITE_OPEN_READONLY, nullptr) != SQLITE_OK)
+      Die("cannot open " + s->sqlite_path);
+    sqlite3_stmt* q = nullptr;
+    sqlite3_prepare_v2(db, ("SELECT name, type FROM pragma_table_info('" + table + "')").c_str(),
+                       -1, &q, nullptr);
+    while (sqlite3_step(q) == SQLITE_ROW) {
+      out.emplace_back(reinterpret_cast<const char*>(sqlite3_column_text(q, 0)),
+                       reinterpret_cast<const char*>(sqlite3_column_text(q, 1)));
+    }
+    sqlite3_finalize(q);
+    sqlite3_close(db);
+  } else {
+    pqxx::nontransaction n(*s->probe);
+    for (const auto& r : n.exec_params(
+             "SELECT column_name, data_type FROM information_schema.columns"
+             " WHERE table_schema = current_schema() AND table_name = $1 ORDER BY ordinal_position",
+             table)) {
+      out.emplace_back(r[0].c_str(), r[1].c_str());
+    }
+  }
+  if (out.empty()) Die("no table " + table);
+  return out;
+}
+
+// Fills the store with `n` finished sagas, fast: one saga is run by the
+// engine (the template), then each table's rows of it are copied n times by
+// one INSERT ... SELECT per table, through the store's own schema (every
+// column, whatever the migrations added), with a new saga id ("sg_bulk" and
+// 22 digits: the length of a real id), intent key ("bulk:<i>", owner
+// "bulk"), step and effect keys and times. The journal's rows are the
+// template's, so each loaded saga has a valid journal (created, three
+// steps submitted and succeeded, its end). Returns the seconds it took.
+double BulkLoad(const Config& cfg, StoreUnderTest* s, int n) {
+  ToolRegistry tools;
+  RegisterTools(&tools);
+  SagaSpec spec = ThreeStepSpec(tools);
+  std::string tpl;
+  {
+    Engine engine(s->store.get(), &tools, BenchEngineOptions(false));
+    auto sub = engine.Submit(spec, {{"n", 0}}, "bulk-template");
+    Check(sub.status(), "bulk template submit");
+    auto rec = engine.Run(sub->saga_id);
+    Check(rec.status(), "bulk template run");
+    tpl = sub->saga_id;
+  }
+  const bool lite = s->kind == "sqlite";
+  const int64_t base = SystemClock::Get()->NowMs() - 86'400'000;  // a day ago, a ms apart
+  const std::string id =
+      lite ? "('sg_bulk' || printf('%022d', g.i))" : "('sg_bulk' || lpad(g.i::text, 22, '0'))";
+  const std::string at = lite ? "(" + std::to_string(base) + " + g.i)"
+                              : "(" + std::to_string(base) + "::bigint + g.i)";
+  const std::string q = "'" + tpl + "'";  // the engine's id: base32, no quote
+  auto copy = [&](const std::string& table, const std::string& order) {
+    std::string cols, exprs;
+    for (const auto& [c, type] : Columns(s, table)) {
+      if (c == "seq") continue;  // assigned in insertion order
+      std::string e = "t." + c;
+      if (c == "saga_id") e = id;
+      if (c == "intent_key") e = "'bulk:' || g.i";
+      if (c == "created_ms" || c == "updated_ms" || c == "at_ms") e = at;
+      if (c == "step_key" || c == "idempotency_key" || c == "data") {
+        e = lite ? "replace(t." + c + ", " + q + ", " + id + ")"
+                 : "replace(t." + c + "::text, " + q + ", " + id + ")::" + type;
+      }
+      cols += (cols.empty() ? "" : ", ") + c;
+      exprs += (exprs.empty() ? "" : ", ") + e;
+    }
+    const std::string series =
+        lite ? "(WITH RECURSIVE s(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM s WHERE i < " +
+                   std::to_string(n) + ") SELECT i FROM s) g"
+             : "generate_series(1, " + std::to_string(n) + ") g(i)";
+    return "INSERT INTO " + table + " (" + cols + ") SELECT " + exprs + " FROM " + series + ", " +
+           table + " t WHERE t.saga_id = " + q + " ORDER BY g.i" + order;
+  };
+  const std::vector<std::string> sql = {
+      copy("intents", ""), copy("sagas", ""), copy("steps", ", t.idx"),
+      copy("effects", lite ? ", t.rowid" : ", t.seq"), copy("journal", ", t.seq")};
+  double t0 = NowS();
+  if (lite) {
+    s->store.reset();  // the store's connections closed while a raw one writes
+    sqlite3* db = nullptr;
+    if (sqlite3_open_v2(s->sqlite_path.c_str(), &db, SQLITE_OPEN_READWRITE, nullptr) != SQLITE_OK)
+      Die("cannot open " + s->sqlite_path);
+    sqlite3_busy_timeout(db, 60'000);
+    SqlExec(db, "BEGIN IMMEDIATE");
+    for (const std::string& x : sql) SqlExec(db, x.c_str());
+    SqlExec(db, "COMMIT");
+    SqlExec(db, "PRAGMA wal_checkpoint(TRUNCATE)");
+    sqlite3_close(db);
+    const std::string path = s->sqlite_path;
+    *s = OpenSqlite(path, false);  // reopened: a cold cache, as after a restart
+  } else {
+    pqxx::connection c(PgUrlFor(cfg.pg_url, s->pg_db, kPgAsync));
+    {
+      pqxx::work w(c);
+      for (const std::string& x : sql) w.exec(x);
+      w.commit();
+    }
+    pqxx::nontransaction nt(c);
+    nt.exec("VACUUM ANALYZE");  // what autovacuum does after a bulk insert
+  }
+  return NowS() - t0;
+}
+
+// Read latencies on `s`, medians of cfg.read_calls calls: the /metrics page
+// (observability::Metrics::Render, no cache), a page of 100 of one owner's
+// sagas (GET /v1/sagas), of everyone's (the inbox's list), of the
+// succeeded ones, and the sweeper's list of unfinished sagas.
+void ReadLatencies(const Config& cfg, StoreUnderTest* s, const std::string& p,
+                   const std::string& what) {
+  observability::MetricsOptions mo;
+  mo.gauge_cache_ms = 0;
+  observability::Metrics metrics(mo);
+  auto time_ms = [&](const std::function<void()>& f) {
+    std::vector<double> v;
+    for (int i = 0; i < cfg.read_calls; ++i) {
+      double t0 = NowS();
+      f();
+      v.push_back((NowS() - t0) * 1e3);
+    }
+    return Median(v);
+  };
+  auto list = [&](storage::SagaFilter f) {
+    auto r = s->store->ListSagas(f);
+    Check(r.status(), "list");
+  };
+  storage::SagaFilter owner;
+  owner.owner = "bulk";
+  owner.limit = 100;
+  storage::SagaFilter all;
+  all.limit = 100;
+  storage::SagaFilter succeeded;
+  succeeded.states = {"succeeded"};
+  succeeded.limit = 100;
+  storage::SagaFilter sweep;
+  sweep.states = {"awaiting_approval", "pending", "running", "compensating"};
+  sweep.limit = 1'000'000;
+  const std::string name = "idem " + p;
+  Record(p + ".metrics_ms", name + " /metrics" + what, "ms", time_ms([&] {
+           if (metrics.Render(s->store.get()).find("idem_store_up 1") == std::string::npos)
+             Die("metrics: the store read failed");
+         }));
+  Record(p + ".list_owner_ms", name + " list 100 of an owner" + what, "ms",
+         time_ms([&] { list(owner); }));
+  Record(p + ".list_all_ms", name + " list 100, all owners" + what, "ms",
+         time_ms([&] { list(all); }));
+  Record(p + ".list_state_ms", name + " list 100 succeeded" + what, "ms",
+         time_ms([&] { list(succeeded); }));
+  Record(p + ".sweep_list_ms", name + " sweeper's list" + what, "ms",
+         time_ms([&] { list(sweep); }));
+}
+
+// The grown journal: a store filled with cfg.grown finished sagas, its read
+// latencies before and after the fill. The store stays open for the
+// throughput runs of every rep (IdemThroughput with `existing`).
+StoreUnderTest IdemGrow(const Config& cfg, const std::string& store_kind) {
+  StoreUnderTest s = store_kind == "sqlite" ? OpenSqlite(cfg.data_dir + "/idem_grown.db", true)
+                                            : OpenPg(cfg, "bench_idem_grown", true, 0);
+  ReadLatencies(cfg, &s, store_kind + ".empty", ", empty");
+  std::fprintf(stderr, "  (loading %d finished sagas into %s)\n", cfg.grown, store_kind.c_str());
+  double secs = BulkLoad(cfg, &s, cfg.grown);
+  Record(store_kind + ".grown_load_s", "idem " + store_kind + " bulk load", "s", secs);
+  ReadLatencies(cfg, &s, store_kind + ".grown", ", grown");
+  return s;
+}
+
+// One round of `make bench-peers` (bench/peers/run.sh): the closed loop of
+// Submit + Run at each concurrency, on a fresh store, a JSON line per
+// concurrency on stdout (steps/s, the saga's p50/p99).
+int PeerRound(const Config& cfg) {
+  ToolRegistry tools;
+  RegisterTools(&tools);
+  SagaSpec spec = ThreeStepSpec(tools);
+  const bool lite = cfg.peer_round == "sqlite";
+  for (int conc : cfg.concurrency) {
+    StoreUnderTest s = lite ? OpenSqlite(cfg.data_dir + "/idem_peers.db", true)
+                            : OpenPg(cfg, "bench_idem_peers", true, 0);
+    Engine engine(s.store.get(), &tools, BenchEngineOptions(!lite));
+    std::vector<int64_t> counters(conc, 0);
+    Load l = ClosedLoop(
+        conc, cfg.warm_s, cfg.dur_s, [&](int t, std::vector<double>* lat, std::string* error) {
+          int64_t i = counters[t]++;
+          double t0 = NowS();
+          int r = RunSaga(&engine, spec, "peer-" + std::to_string(t) + "-" + std::to_string(i), i,
+                          nullptr, error);
+          if (r > 0) lat->push_back((NowS() - t0) * 1e3);
+          return r;
+        });
+    Json line = {{"system", "idem-" + cfg.peer_round},
+                 {"conc", conc},
+                 {"steps_per_s", l.units_per_s},
+                 {"saga_p50_ms", Quantile(&l.lat_ms, 0.5)},
+                 {"saga_p99_ms", Quantile(&l.lat_ms, 0.99)},
+                 {"sagas", l.units / 3},
+                 {"errors", l.errors}};
+    if (l.errors > 0) line["first_error"] = l.first_error;
+    std::cout << line.dump() << std::endl;
+    CloseAndDrop(cfg, &s);
+  }
+  return 0;
 }
 
 // ---- idem: CPU per step outside the store -----------------------------------------------
@@ -1076,6 +1299,25 @@ std::vector<Row> TableRows(const Config& cfg) {
   add(Row{"pg.rss_bytes_per_waiting_saga", "pg.store_bytes_per_waiting_saga",
           GoalKind::kValueAtMost, 1024, "<= 1024 B"});
   resume_rows("pg", "anchor.pg.txn3.c64.txn_per_s");
+  // The grown journal (cfg.grown finished sagas) beside the empty store, and
+  // time-ordered saga ids beside random ones, in this run.
+  for (const std::string k : {"sqlite", "pg"}) {
+    for (int c : {cfg.concurrency.front(), cfg.concurrency.back()}) {
+      std::string cs = ".c" + std::to_string(c);
+      add(Row{k + ".grown.steps_per_s" + cs, k + ".steps_per_s" + cs, GoalKind::kRatioAtLeast, 0.9,
+              ">= 0.9x"});
+    }
+    for (const char* r :
+         {"metrics_ms", "list_owner_ms", "list_all_ms", "list_state_ms", "sweep_list_ms"}) {
+      add(Row{k + ".grown." + r, k + ".empty." + r});
+    }
+    add(Row{k + ".grown_load_s", ""});
+    for (int c : {cfg.concurrency.front(), cfg.concurrency.back()}) {
+      std::string cs = ".c" + std::to_string(c);
+      add(Row{k + ".wal_bytes_per_step" + cs, k + ".randomids.wal_bytes_per_step" + cs});
+      add(Row{k + ".steps_per_s" + cs, k + ".randomids.steps_per_s" + cs});
+    }
+  }
   return rows;
 }
 
@@ -1200,6 +1442,7 @@ int Main(int argc, char** argv) {
   }
   Config cfg;
   cfg.self = fs::canonical("/proc/self/exe").string();
+  double warm = -1, dur = -1;  // --warm, --dur: the closed loop's windows
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&]() -> std::string {
@@ -1232,6 +1475,15 @@ int Main(int argc, char** argv) {
       for (std::string x; std::getline(ss, x, ',');) cfg.concurrency.push_back(std::stoi(x));
     } else if (a == "--skip") {
       cfg.skip = next();
+    } else if (a == "--grown") {
+      cfg.grown = std::stoi(next());
+    } else if (a == "--peer-round") {
+      cfg.peer_round = next();
+      if (cfg.peer_round != "sqlite" && cfg.peer_round != "pg") Die("--peer-round: sqlite or pg");
+    } else if (a == "--warm") {
+      warm = std::stod(next());
+    } else if (a == "--dur") {
+      dur = std::stod(next());
     } else if (a == "--help" || a == "-h") {
       std::cout << "usage: idem-bench [--out-dir DIR] [--pg-url URL] [--quick] [--reps N]"
                    " [--shm-dir DIR] [--only sqlite|pg]\n";
@@ -1248,7 +1500,11 @@ int Main(int argc, char** argv) {
     cfg.dup_calls = 100;
     cfg.waiting = 5'000;
     cfg.resume = 1'000;
+    cfg.grown = 20'000;
+    cfg.read_calls = 5;
   }
+  if (warm >= 0) cfg.warm_s = warm;
+  if (dur > 0) cfg.dur_s = dur;
   if (cfg.reps < 1) Die("--reps must be at least 1");
   if (cfg.pg_url.empty()) cfg.run_pg = false;
   fs::create_directories(cfg.out_dir);
@@ -1261,12 +1517,28 @@ int Main(int argc, char** argv) {
   }
   fs::create_directories(cfg.shm_dir);
   InstallCountingVfs();
+  if (!cfg.peer_round.empty()) {
+    if (cfg.peer_round == "pg" && cfg.pg_url.empty()) Die("--peer-round pg needs --pg-url");
+    int rc = PeerRound(cfg);
+    fs::remove_all(cfg.shm_dir);
+    return rc;
+  }
 
   Json machine = Machine(cfg);
   std::fprintf(stderr, "idem-bench: %d rep(s)%s, data on %s (%s), tmpfs %s\n", cfg.reps,
                cfg.quick ? ", quick" : "", cfg.data_dir.c_str(),
                machine["data_fs"].get<std::string>().c_str(), cfg.shm_dir.c_str());
   double start = NowS();
+  // The grown journal, loaded once; measured in every rep beside the empty
+  // store's run.
+  StoreUnderTest grown_sqlite, grown_pg;
+  const bool grow = !cfg.Skip("grown") && !cfg.Skip("steps");
+  if (grow) {
+    std::fprintf(stderr, "-- the grown journal (%.0f s)\n", NowS() - start);
+    if (cfg.run_sqlite) grown_sqlite = IdemGrow(cfg, "sqlite");
+    if (cfg.run_pg) grown_pg = IdemGrow(cfg, "pg");
+  }
+  const std::vector<int> ends = {cfg.concurrency.front(), cfg.concurrency.back()};
   // Anchors and idem runs interleaved, rep by rep, so that a busy neighbour
   // hits both alike.
   for (int rep = 0; rep < cfg.reps; ++rep) {
@@ -1274,7 +1546,15 @@ int Main(int argc, char** argv) {
     if (cfg.run_sqlite) {
       if (!cfg.Skip("anchors")) RawSqlite(cfg, cfg.data_dir, "");
       if (!cfg.Skip("steps")) {
-        for (int c : cfg.concurrency) IdemThroughput(cfg, "sqlite", false, c, rep, "");
+        for (int c : cfg.concurrency) {
+          IdemThroughput(cfg, "sqlite", false, c, rep, "");
+          if (grow && (c == ends[0] || c == ends[1])) {
+            IdemThroughput(cfg, "sqlite", false, c, rep, ".grown", &grown_sqlite);
+          }
+          if (!cfg.Skip("randomids") && (c == ends[0] || c == ends[1])) {
+            IdemThroughput(cfg, "sqlite", false, c, rep, ".randomids", nullptr, true);
+          }
+        }
       }
       if (!cfg.Skip("cpu")) {
         RawSqliteCpu(cfg);
@@ -1287,6 +1567,12 @@ int Main(int argc, char** argv) {
         if (!cfg.Skip("anchors")) RawPg(cfg, c);
         if (!cfg.Skip("steps")) {
           IdemThroughput(cfg, "pg", true, c, rep, "");
+          if (grow && (c == ends[0] || c == ends[1])) {
+            IdemThroughput(cfg, "pg", true, c, rep, ".grown", &grown_pg);
+          }
+          if (!cfg.Skip("randomids") && (c == ends[0] || c == ends[1])) {
+            IdemThroughput(cfg, "pg", true, c, rep, ".randomids", nullptr, true);
+          }
           // Without leases too (not a goal row): at 1 and the top concurrency.
           if (!cfg.Skip("noleases") && (c == 1 || c == cfg.concurrency.back())) {
             IdemThroughput(cfg, "pg", false, c, rep, ".noleases");
@@ -1300,6 +1586,8 @@ int Main(int argc, char** argv) {
       if (!cfg.Skip("resume")) IdemResume(cfg, "pg", rep);
     }
   }
+  if (grown_sqlite.store) CloseAndDrop(cfg, &grown_sqlite);
+  if (grown_pg.store) CloseAndDrop(cfg, &grown_pg);
   // Memory: one run (it is a count of bytes, not a rate).
   std::fprintf(stderr, "-- waiting sagas (%.0f s)\n", NowS() - start);
   if (cfg.run_sqlite && !cfg.Skip("waiting")) IdemWaiting(cfg, "sqlite");

@@ -8,6 +8,7 @@
 #   bench/run.sh [BUILD_DIR]          BUILD_DIR defaults to build
 #   BENCH_QUICK=1 bench/run.sh        short runs, to check that it works
 #   BENCH_ONLY=sqlite|pg              one store only
+#   BENCH_GROWN=N                     finished sagas in the grown journal (1,000,000)
 #   BENCH_PG_URL=postgresql://...     use that server instead of a throwaway one
 set -euo pipefail
 
@@ -22,6 +23,7 @@ mkdir -p "$out"
 args=(--out-dir "$out" --reps "${BENCH_REPS:-3}")
 [[ "${BENCH_QUICK:-0}" != 0 ]] && args+=(--quick)
 [[ -n "${BENCH_ONLY:-}" ]] && args+=(--only "$BENCH_ONLY")
+[[ -n "${BENCH_GROWN:-}" ]] && args+=(--grown "$BENCH_GROWN")
 
 pg_dir="$out/pg"
 cleanup() { bash "$root/scripts/pg-test-server.sh" stop "$pg_dir" >/dev/null 2>&1 || true; }

@@ -3,6 +3,7 @@
 #include <ctime>
 #include <stdexcept>
 
+#include "common/time_ordered_id.h"  // Base32
 #include <openssl/evp.h>
 #include <openssl/rand.h>
 
@@ -36,20 +37,7 @@ std::string Fingerprint(const Json& value) { return "sha256:" + Sha256Hex(Canoni
 std::string NewId(const std::string& prefix) {
   unsigned char bytes[16];
   if (RAND_bytes(bytes, sizeof bytes) != 1) throw std::runtime_error("RAND_bytes failed");
-  static const char* kAlphabet = "abcdefghijklmnopqrstuvwxyz234567";
-  std::string out = prefix;
-  uint32_t acc = 0;
-  int bits = 0;
-  for (unsigned char b : bytes) {
-    acc = (acc << 8) | b;
-    bits += 8;
-    while (bits >= 5) {
-      out.push_back(kAlphabet[(acc >> (bits - 5)) & 31]);
-      bits -= 5;
-    }
-  }
-  if (bits > 0) out.push_back(kAlphabet[(acc << (5 - bits)) & 31]);
-  return out;
+  return prefix + Base32(bytes, sizeof bytes, "abcdefghijklmnopqrstuvwxyz234567");
 }
 
 std::string PrintableText(const std::string& text) {

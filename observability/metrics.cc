@@ -169,6 +169,12 @@ std::string Metrics::GaugeText(storage::Store* store) {
   storage::GaugeQuery q;
   q.age_ms = options_.reconciliation_window_ms;
   q.waiting_state = kWaitingState;
+  // Details for the unfinished states only; the finished ones (most of a
+  // long journal) are counted from an index.
+  for (const char* s : kSagaStates) {
+    auto parsed = ParseSagaState(s);
+    if (!parsed || !IsTerminal(*parsed)) q.detail_states.push_back(s);
+  }
   Result<storage::StoreGauges> g =
       store != nullptr ? store->ReadGauges(q) : Status::FailedPrecondition("no store");
   std::ostringstream o;

@@ -14,6 +14,7 @@
 #include "saga/step_key.h"
 
 #include "common/failpoint.h"
+#include "common/time_ordered_id.h"
 
 namespace idem {
 
@@ -93,7 +94,7 @@ Result<SubmitResult> Engine::Submit(const SagaSpec& spec, const Json& input,
   IDEM_RETURN_IF_ERROR(CheckSubmitLimits(spec, input, options_.limits));
   IDEM_RETURN_IF_ERROR(CheckStepKeys(spec, input));  // business keys render (saga/step_key.h)
   storage::NewSaga ns;
-  ns.saga_id = NewId("sg_");
+  ns.saga_id = NewSagaId(options_.random_saga_ids);  // time-ordered by default
   ns.intent_key = intent_key;
   ns.fingerprint = Fingerprint({{"spec", spec.raw}, {"input", input}});
   ns.spec_name = spec.name;

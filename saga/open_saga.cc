@@ -16,6 +16,7 @@
 #include "saga/states.h"
 
 #include "common/failpoint.h"
+#include "common/time_ordered_id.h"
 
 namespace idem {
 namespace {
@@ -446,7 +447,7 @@ Result<BeginResult> Engine::Begin(const BeginRequest& request) {
                  {"calls", Json::array()}}},
                {"steps", Json::array()}};
   storage::NewSaga ns;
-  ns.saga_id = NewId("sg_");
+  ns.saga_id = NewSagaId(options_.random_saga_ids);  // time-ordered by default
   ns.intent_key = request.intent_key;
   ns.fingerprint = Fingerprint({{"spec", plan}, {"input", request.metadata}});
   ns.spec_name = kOpenPlanName;

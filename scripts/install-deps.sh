@@ -44,14 +44,20 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 # they are present.
 npm_ci() {
   local dir="$ROOT/$1" stamp want
+  shift
+  local flags=("$@")  # more `npm ci` flags
   stamp="$dir/node_modules/.idem-lock.sha256"
   want=$(sha256sum "$dir/package-lock.json" | cut -d' ' -f1)
   if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then return 0; fi
-  command -v npm >/dev/null || { echo "install-deps: $1 needs Node.js 20 and npm" >&2; exit 1; }
-  echo "install-deps: npm ci in $1" >&2
-  (cd "$dir" && npm ci --no-audit --no-fund --loglevel=error)
+  command -v npm >/dev/null || { echo "install-deps: ${dir#"$ROOT"/} needs Node.js 20 and npm" >&2; exit 1; }
+  echo "install-deps: npm ci in ${dir#"$ROOT"/}" >&2
+  (cd "$dir" && npm ci --no-audit --no-fund --loglevel=error "${flags[@]}")
   echo "$want" >"$stamp"
 }
 npm_ci clients/typescript
 npm_ci tests/mcp  # the MCP SDK, the conformance suite and Node 22 (docs/mcp.md)
 npm_ci tests/mcp_upstream
+# The peer engines of `make bench-peers` (bench/peers): DBOS Transact and
+# Restate (its server binary comes in an npm package). No install scripts:
+# none is needed, and one of theirs would report to an analytics host.
+npm_ci bench/peers --ignore-scripts

@@ -264,15 +264,12 @@ void ListSagas(ServerContext& ctx, const HttpRequest& req, HttpResponse& res) {
                      "limit: expected 1.." + std::to_string(kMaxListLimit));
     }
   }
-  f.limit = 100'000'000;
+  f.owner = p->name;  // in the query, on an index (migration 14)
+  f.limit = limit;
   auto list = ctx.store->ListSagas(f);
   if (!list.ok()) return ProblemFor(res, list.status());
   Json sagas = Json::array();
-  for (const auto& s : *list) {
-    if (OwnerOf(s.intent_key) != p->name) continue;
-    sagas.push_back(SummaryView(s));
-    if (static_cast<int>(sagas.size()) >= limit) break;
-  }
+  for (const auto& s : *list) sagas.push_back(SummaryView(s));
   SendJson(res, 200, {{"sagas", sagas}});
 }
 

@@ -345,23 +345,21 @@ class Api {
       const std::string spec = as.Param("spec");
       const std::string key = as.Param("intent_key");
       const bool all = HasRole(*p, kRoleApprover) || HasRole(*p, kRoleOperator);
-      f.limit = 100'000'000;
+      // Every filter in the query (migration 14's indexes); one more than
+      // the page tells whether there is a next one.
+      if (!all) f.owner = p->name;
+      f.spec_name = spec;
+      f.key_contains = key;
+      f.created_from_ms = since;
+      f.created_to_ms = until;
+      f.offset = offset;
+      f.limit = limit + 1;
       auto list = ctx_->store->ListSagas(f);
       if (!list.ok()) return ProblemFor(out, list.status());
       Json sagas = Json::array();
-      int matched = 0;
-      bool more = false;
+      const bool more = static_cast<int>(list->size()) > limit;
+      if (more) list->pop_back();
       for (const auto& s : *list) {
-        if (!all && OwnerOf(s.intent_key) != p->name) continue;
-        if (!spec.empty() && s.spec_name != spec) continue;
-        if (!key.empty() && ClientKeyOf(s.intent_key).find(key) == std::string::npos) continue;
-        if (since > 0 && s.created_ms < since) continue;
-        if (until > 0 && s.created_ms > until) continue;
-        if (matched++ < offset) continue;
-        if (static_cast<int>(sagas.size()) >= limit) {
-          more = true;
-          break;
-        }
         Json v = SummaryView(s);
         v["requested_by"] = OwnerOf(s.intent_key);
         sagas.push_back(std::move(v));

@@ -1868,38 +1868,68 @@ Result<SagaRecord> PgStore::LoadSaga(const std::string& saga_id) {
 }
 
 Result<std::vector<SagaSummary>> PgStore::ListSagas(const SagaFilter& filter) {
-  if (filter.limit <= 0) {
-    return Status::InvalidArgument("ListSagas: limit must be positive, got " +
-                                   std::to_string(filter.limit));
-  }
+  IDEM_RETURN_IF_ERROR(ValidateSagaFilter(filter));
   // A state with a NUL byte cannot be stored, so it matches nothing.
   std::vector<std::string> states;
   for (const std::string& s : filter.states) {
     if (!HasNul(s)) states.push_back(s);
   }
   if (!filter.states.empty() && states.empty()) return std::vector<SagaSummary>{};
+  // Nor can an owner, a spec name or a key with one.
+  if ((filter.owner && HasNul(*filter.owner)) || HasNul(filter.spec_name) ||
+      HasNul(filter.key_contains)) {
+    return std::vector<SagaSummary>{};
+  }
 
-  // Only placeholders are appended, one per state; the values are bound.
+  // Only placeholders are appended; the values are bound, all as text (the
+  // time bounds cast in SQL). The owner's expression is sagas_by_owner's
+  // (migration 14), so that index serves it; an unfiltered listing walks
+  // sagas_by_created.
   std::string sql =
       "SELECT saga_id, intent_key, spec_name, state, reason, created_ms, updated_ms,"
       " spec_version, spec_sha256 FROM sagas";
-  int n = 0;
+  std::vector<std::string> params;
+  const char* glue = " WHERE ";
+  auto where = [&](const std::string& cond) {
+    sql += glue + cond;
+    glue = " AND ";
+  };
+  auto param = [&](std::string value) {
+    params.push_back(std::move(value));
+    return "$" + std::to_string(params.size());
+  };
   if (!states.empty()) {
-    sql += " WHERE state IN (";
-    for (size_t i = 0; i < states.size(); ++i) {
-      sql += (i == 0 ? "$" : ", $") + std::to_string(++n);
-    }
-    sql += ")";
+    std::string in = "state IN (";
+    for (size_t i = 0; i < states.size(); ++i) in += (i == 0 ? "" : ", ") + param(states[i]);
+    where(in + ")");
+  }
+  if (filter.owner) {
+    where(
+        "(CASE WHEN strpos(intent_key, ':') = 0 THEN ''"
+        " ELSE substr(intent_key, 1, strpos(intent_key, ':') - 1) END) COLLATE \"C\" = " +
+        param(*filter.owner));
+  }
+  if (!filter.spec_name.empty()) where("spec_name = " + param(filter.spec_name));
+  if (!filter.key_contains.empty()) {
+    where("strpos(substr(intent_key, strpos(intent_key, ':') + 1), " + param(filter.key_contains) +
+          ") > 0");
+  }
+  if (filter.created_from_ms > 0) {
+    where("created_ms >= " + param(std::to_string(filter.created_from_ms)) + "::bigint");
+  }
+  if (filter.created_to_ms > 0) {
+    where("created_ms <= " + param(std::to_string(filter.created_to_ms)) + "::bigint");
   }
   // COLLATE "C": ties broken by the bytes of the id, as in SQLite.
-  sql += " ORDER BY created_ms DESC, saga_id COLLATE \"C\" ASC LIMIT $" + std::to_string(n + 1);
+  sql += " ORDER BY created_ms DESC, saga_id COLLATE \"C\" ASC LIMIT " +
+         param(std::to_string(filter.limit)) + "::bigint OFFSET " +
+         param(std::to_string(filter.offset)) + "::bigint";
 
   return Run<std::vector<SagaSummary>>(
       "ListSagas", Access::kOneStatement,
       [&](pqxx::transaction_base& tx) -> Result<std::vector<SagaSummary>> {
         std::vector<SagaSummary> out;
-        for (const pqxx::row& r :
-             tx.exec_params(sql, pqxx::prepare::make_dynamic_params(states), filter.limit)) {
+        for (const pqxx::row& r : tx.exec_params(sql, pqxx::prepare::make_dynamic_params(params))) {
           out.push_back(ReadSummary(r));
           ReadSpecRef(r, 7, &out.back());
         }
@@ -1910,25 +1940,39 @@ Result<std::vector<SagaSummary>> PgStore::ListSagas(const SagaFilter& filter) {
 Result<StoreGauges> PgStore::ReadGauges(const GaugeQuery& query) {
   // A state with a NUL byte cannot be stored, so it matches nothing.
   const std::string waiting = HasNul(query.waiting_state) ? "" : query.waiting_state;
-  // One statement (one snapshot, autocommit): a row per state, then one row
-  // (is_steps) with the waiting steps; the store's clock read once.
+  // The states whose details are asked for, as a JSON array ("[]": all).
+  Json details = Json::array();
+  for (const std::string& st : query.detail_states) {
+    if (!HasNul(st)) details.push_back(st);
+  }
+  const bool all = query.detail_states.empty();
+  // One statement (one snapshot, autocommit): a row per state with the
+  // details asked for, a row per other state with its count alone (from
+  // sagas_by_state_lease, an index-only scan where the visibility map
+  // allows), then one row (is_steps) with the waiting steps; the store's
+  // clock read once.
   static const std::string kSql =
       "WITH clock AS (SELECT " IDEM_PG_NOW_MS
-      " AS now_ms) "
+      " AS now_ms), detail AS (SELECT jsonb_array_elements_text($3::jsonb) AS state) "
       "SELECT false AS is_steps, state, count(*)::bigint, min(updated_ms)::bigint,"
       " (count(*) FILTER (WHERE $1::bigint > 0 AND created_ms < (SELECT now_ms FROM clock) - "
       "$1::bigint))::bigint,"
       " (count(*) FILTER (WHERE lease_expires_ms > 0"
       " AND lease_expires_ms < (SELECT now_ms FROM clock)))::bigint,"
-      " (SELECT now_ms FROM clock) FROM sagas GROUP BY state "
+      " (SELECT now_ms FROM clock) FROM sagas"
+      " WHERE $4::bool OR state IN (SELECT state FROM detail) GROUP BY state "
       "UNION ALL "
-      "SELECT true, '', (SELECT count(*) FROM steps WHERE $2::text <> '' AND state = $2::text"
-      " AND saga_id IN (SELECT saga_id FROM sagas WHERE state = $2::text))::bigint, 0, 0, 0,"
+      "SELECT false, state, count(*)::bigint, 0, 0, 0, (SELECT now_ms FROM clock) FROM sagas"
+      " WHERE NOT $4::bool AND state NOT IN (SELECT state FROM detail) GROUP BY state "
+      "UNION ALL "
+      "SELECT true, '', (SELECT count(*) FROM sagas s JOIN steps t ON t.saga_id = s.saga_id"
+      " WHERE $2::text <> '' AND s.state = $2::text AND t.state = $2::text)::bigint, 0, 0, 0,"
       " (SELECT now_ms FROM clock)";
   return Run<StoreGauges>("ReadGauges", Access::kOneStatement,
                           [&](pqxx::transaction_base& tx) -> Result<StoreGauges> {
                             StoreGauges out;
-                            for (const pqxx::row& r : tx.exec_params(kSql, query.age_ms, waiting)) {
+                            for (const pqxx::row& r :
+                                 tx.exec_params(kSql, query.age_ms, waiting, details.dump(), all)) {
                               out.now_ms = r[6].as<int64_t>();
                               if (r[0].as<bool>()) {
                                 out.waiting_steps = r[2].as<int64_t>();

@@ -1085,27 +1085,50 @@ Result<SagaRecord> SqliteStore::LoadSaga(const std::string& saga_id) {
 }
 
 Result<std::vector<SagaSummary>> SqliteStore::ListSagas(const SagaFilter& filter) {
-  if (filter.limit <= 0) {
-    return Status::InvalidArgument("ListSagas: limit must be positive, got " +
-                                   std::to_string(filter.limit));
-  }
+  IDEM_RETURN_IF_ERROR(ValidateSagaFilter(filter));
   return Guarded<Result<std::vector<SagaSummary>>>(
       "ListSagas", [&]() -> Result<std::vector<SagaSummary>> {
-        // Only placeholders are appended, one per state; the values are bound.
+        // Only placeholders are appended; the values are bound. The owner's
+        // expression is sagas_by_owner's (migration 14), so that index
+        // serves it; an unfiltered listing walks sagas_by_created.
         std::string sql =
             std::string("SELECT ") + kSagaColumns + ", " + kSpecRefColumns + " FROM sagas";
+        std::vector<std::string> text;  // bound in order after the states
+        const char* glue = " WHERE ";
+        auto where = [&](const std::string& cond) {
+          sql += glue + cond;
+          glue = " AND ";
+        };
         if (!filter.states.empty()) {
-          sql += " WHERE state IN (?";
-          for (size_t i = 1; i < filter.states.size(); ++i) sql += ", ?";
-          sql += ")";
+          std::string in = "state IN (?";
+          for (size_t i = 1; i < filter.states.size(); ++i) in += ", ?";
+          where(in + ")");
         }
-        sql += " ORDER BY created_ms DESC, saga_id ASC LIMIT ?";
+        if (filter.owner) {
+          where("substr(intent_key, 1, instr(intent_key, ':') - 1) = ?");
+          text.push_back(*filter.owner);
+        }
+        if (!filter.spec_name.empty()) {
+          where("spec_name = ?");
+          text.push_back(filter.spec_name);
+        }
+        if (!filter.key_contains.empty()) {
+          where("instr(substr(intent_key, instr(intent_key, ':') + 1), ?) > 0");
+          text.push_back(filter.key_contains);
+        }
+        if (filter.created_from_ms > 0) where("created_ms >= ?");
+        if (filter.created_to_ms > 0) where("created_ms <= ?");
+        sql += " ORDER BY created_ms DESC, saga_id ASC LIMIT ? OFFSET ?";
 
         std::lock_guard<std::mutex> lock(read_mu_);
         Stmt q = read_stmts_->Get(sql, /*cache=*/filter.states.size() <= kMaxCachedInList);
         int i = 1;
         for (const std::string& state : filter.states) q->bind(i++, state);
-        q->bind(i, filter.limit);
+        for (const std::string& t : text) q->bind(i++, t);
+        if (filter.created_from_ms > 0) q->bind(i++, static_cast<int64_t>(filter.created_from_ms));
+        if (filter.created_to_ms > 0) q->bind(i++, static_cast<int64_t>(filter.created_to_ms));
+        q->bind(i++, filter.limit);
+        q->bind(i, filter.offset);
         std::vector<SagaSummary> out;
         while (q->executeStep()) {
           out.push_back(ReadSummary(*q));
@@ -1123,12 +1146,31 @@ Result<StoreGauges> SqliteStore::ReadGauges(const GaugeQuery& query) {
     std::lock_guard<std::mutex> lock(read_mu_);
     StatementCache& c = *read_stmts_;
     Tx tx(c, Tx::Mode::kDeferred);  // one snapshot for both statements
+    const std::vector<std::string>& details = query.detail_states;
+    if (!details.empty()) {
+      // The counts from sagas_by_state_lease alone (a covering index: no
+      // saga row is read), then the details of the states asked for.
+      Stmt q = c.Get("SELECT state, COUNT(*) FROM sagas GROUP BY state");
+      while (q->executeStep()) {
+        out.by_state[q->getColumn(0).getString()].sagas = q->getColumn(1).getInt64();
+      }
+    }
     {
-      Stmt q = c.Get(
+      // Only placeholders are appended, one per state; the values are bound.
+      std::string sql =
           "SELECT state, COUNT(*), MIN(updated_ms), SUM(created_ms < ?),"
-          " SUM(lease_expires_ms > 0 AND lease_expires_ms < ?) FROM sagas GROUP BY state");
+          " SUM(lease_expires_ms > 0 AND lease_expires_ms < ?) FROM sagas";
+      if (!details.empty()) {
+        sql += " WHERE state IN (?";
+        for (size_t i = 1; i < details.size(); ++i) sql += ", ?";
+        sql += ")";
+      }
+      sql += " GROUP BY state";
+      Stmt q = c.Get(sql, /*cache=*/details.size() <= kMaxCachedInList);
       q->bind(1, created_before);
       q->bind(2, out.now_ms);
+      int i = 3;
+      for (const std::string& state : details) q->bind(i++, state);
       while (q->executeStep()) {
         StateGauges& g = out.by_state[q->getColumn(0).getString()];
         g.sagas = q->getColumn(1).getInt64();
@@ -1138,9 +1180,12 @@ Result<StoreGauges> SqliteStore::ReadGauges(const GaugeQuery& query) {
       }
     }
     if (!query.waiting_state.empty()) {
+      // From the waiting sagas (sagas_by_state_lease) to their steps (the
+      // primary key): CROSS JOIN keeps that order, so the steps of the
+      // finished sagas are never read.
       Stmt q = c.Get(
-          "SELECT COUNT(*) FROM steps WHERE state = ?1"
-          " AND saga_id IN (SELECT saga_id FROM sagas WHERE state = ?1)");
+          "SELECT COUNT(*) FROM sagas s CROSS JOIN steps t ON t.saga_id = s.saga_id"
+          " WHERE s.state = ?1 AND t.state = ?1");
       q->bind(1, query.waiting_state);
       if (q->executeStep()) out.waiting_steps = q->getColumn(0).getInt64();
     }

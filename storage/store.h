@@ -180,9 +180,23 @@ struct Lease {
   int64_t expires_ms = 0;  ///< in the store's clock
 };
 
+/// Which sagas Store::ListSagas answers, newest first (created_ms, then the
+/// id's bytes). Every filter is applied by the database, on an index where
+/// one serves it (migration 14: sagas_by_created, sagas_by_owner), so a page
+/// of a listing costs the same with a thousand sagas or a million.
 struct SagaFilter {
   std::vector<std::string> states;  ///< empty: any state
-  int limit = 1000;
+  int limit = 1000;                 ///< at most this many; must be positive
+  /// The sagas whose intent key's owner (the part before its first ':', ""
+  /// without one) is this; unset: any owner.
+  std::optional<std::string> owner;
+  std::string spec_name;  ///< "": any spec
+  /// The client's part of the intent key (after the first ':', all of it
+  /// without one) contains this; "": any.
+  std::string key_contains;
+  int64_t created_from_ms = 0;  ///< created at or after; 0: no bound
+  int64_t created_to_ms = 0;    ///< created at or before; 0: no bound
+  int offset = 0;               ///< skip this many matching sagas; >= 0
 };
 
 /// What Store::ReadGauges counts (for metrics that any process reports the
@@ -194,6 +208,12 @@ struct GaugeQuery {
   /// Steps in this state whose saga is in this state too are counted in
   /// StoreGauges::waiting_steps (e.g. "awaiting_approval"); "": none counted.
   std::string waiting_state;
+  /// The states whose details (oldest_updated_ms, created_before,
+  /// leases_expired) are computed; empty: every state. The other states get
+  /// their count only, which an index answers without reading the sagas
+  /// (metrics asks details of the unfinished states only, so the reading
+  /// does not visit the finished sagas' rows).
+  std::vector<std::string> detail_states;
 };
 
 /// The sagas in one state.

@@ -49,4 +49,16 @@ Status ValidateNewSaga(const NewSaga& saga) {
   return Status::Ok();
 }
 
+Status ValidateSagaFilter(const SagaFilter& filter) {
+  if (filter.limit <= 0) {
+    return Status::InvalidArgument("ListSagas: limit must be positive, got " +
+                                   std::to_string(filter.limit));
+  }
+  if (filter.offset < 0) {
+    return Status::InvalidArgument("ListSagas: offset must be at least 0, got " +
+                                   std::to_string(filter.offset));
+  }
+  return Status::Ok();
+}
+
 }  // namespace idem::storage

@@ -29,4 +29,7 @@ std::string Quote(const std::string& s);
 /// every journal entry that names a saga names this one.
 [[nodiscard]] Status ValidateNewSaga(const NewSaga& saga);
 
+/// A ListSagas filter: a positive limit and an offset of at least 0.
+[[nodiscard]] Status ValidateSagaFilter(const SagaFilter& filter);
+
 }  // namespace idem::storage

@@ -334,6 +334,7 @@ TEST(PgStoreTest, Version2DatabaseIsMigratedToLeases) {
                          " DROP COLUMN lease_expires_ms, DROP COLUMN lease_epoch"));
   ASSERT_EQ("", raw.Exec("DROP TABLE open_calls"));   // nor did version 10
   ASSERT_EQ("", raw.Exec("DROP TABLE spec_owners"));  // version 7 did not exist yet either
+  ASSERT_EQ("", raw.Exec("DROP INDEX sagas_by_created, sagas_by_owner"));  // nor 14
   ASSERT_EQ("", raw.Exec("ALTER TABLE sagas DROP COLUMN spec_version, DROP COLUMN spec_sha256"));
   ASSERT_EQ("", raw.Exec("DELETE FROM schema_migrations WHERE version >= 3"));
   ASSERT_EQ("", raw.Text("SELECT to_regclass('sagas_by_state_lease')"));

@@ -110,6 +110,15 @@ void UndoVersion9(RawDb* raw) {
   }
 }
 
+// Takes a database back from version 14 (the listing indexes) to 13.
+void UndoVersion14(RawDb* raw) {
+  for (const char* sql : {"DROP INDEX sagas_by_created", "DROP INDEX sagas_by_owner",
+                          "DROP INDEX sagas_by_state_lease",
+                          "CREATE INDEX sagas_by_state_lease ON sagas (state, lease_expires_ms)"}) {
+    ASSERT_EQ("", raw->Exec(sql)) << sql;
+  }
+}
+
 std::unique_ptr<SqliteStore> MustOpen(const SqliteOptions& options) {
   Result<std::unique_ptr<SqliteStore>> store = SqliteStore::Open(options);
   EXPECT_OK(store);
@@ -237,6 +246,7 @@ TEST(SqliteStoreTest, Version3JournalKeepsItsEntriesAndOrderThroughVersion4) {
     // Back to what version 3 left: the AUTOINCREMENT journal (with entries
     // whose seqs have gaps) and sagas_by_state.
     RawDb raw(path);
+    ASSERT_NO_FATAL_FAILURE(UndoVersion14(&raw));
     ASSERT_NO_FATAL_FAILURE(UndoVersion9(&raw));
     ASSERT_EQ("", raw.Exec("DROP TABLE journal"));
     ASSERT_EQ("", raw.Exec("CREATE TABLE journal (seq INTEGER PRIMARY KEY AUTOINCREMENT,"
@@ -292,6 +302,7 @@ TEST(SqliteStoreTest, Version2DatabaseIsMigratedToLeases) {
   {
     // Back to what version 2 left: no lease columns, no lease index.
     RawDb raw(path);
+    ASSERT_NO_FATAL_FAILURE(UndoVersion14(&raw));
     ASSERT_NO_FATAL_FAILURE(UndoVersion9(&raw));
     ASSERT_EQ("", raw.Exec("DROP INDEX sagas_by_state_lease"));
     for (const char* column : {"lease_owner", "lease_expires_ms", "lease_epoch"}) {
