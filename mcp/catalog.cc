@@ -7,6 +7,8 @@
 
 #include "saga/open_saga.h"
 
+#include "mcp/upstream_tool.h"
+
 namespace idem::mcp {
 namespace {
 
@@ -146,8 +148,16 @@ ToolCatalog ToolCatalog::Build(const ToolRegistry& tools, const std::vector<Spec
                    "; journaled in the session's open saga";
     if (info.open.human_approval) description += "; a person approves each commit";
     description += "]";
-    e.definition = ToolDefinition(info.name, info.name, description, {{"type", "object"}},
-                                  AnnotationsFor(info));
+    // An upstream tool (gateway mode) keeps the argument schema its server
+    // listed; idem's own tools declare none.
+    Json schema = {{"type", "object"}};
+    const Tool* tool = tools.Find(info.name);
+    if (const Json* listed = tool ? UpstreamListing(*tool) : nullptr; listed != nullptr) {
+      auto it = listed->find("inputSchema");
+      if (it != listed->end() && it->is_object()) schema = *it;
+    }
+    e.definition =
+        ToolDefinition(info.name, info.name, description, std::move(schema), AnnotationsFor(info));
     c.entries_.push_back(std::move(e));
   }
   for (const SpecSource& s : specs) {

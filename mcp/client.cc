@@ -6,11 +6,6 @@
 
 namespace idem::mcp {
 
-const std::vector<std::string>& SupportedProtocolVersions() {
-  static const std::vector<std::string> versions = {"2025-11-25", "2025-06-18", "2025-03-26"};
-  return versions;
-}
-
 Client::Client(std::unique_ptr<ClientTransport> transport, ClientOptions options)
     : transport_(std::move(transport)), options_(std::move(options)) {}
 

@@ -42,12 +42,9 @@
 #include "common/status.h"
 #include "mcp/client_transport.h"
 #include "mcp/jsonrpc.h"
+#include "mcp/protocol.h"  // the revisions a client offers and accepts
 
 namespace idem::mcp {
-
-/// The protocol revision a client offers, and those it accepts in answer.
-inline constexpr const char* kLatestProtocolVersion = "2025-11-25";
-const std::vector<std::string>& SupportedProtocolVersions();
 
 struct ClientOptions {
   std::string client_name = "idem";

@@ -9,6 +9,9 @@
 // revision in the MCP-Protocol-Version header of every later request; a
 // request without it is taken as 2025-03-26 (the spec's fallback).
 //
+// The same revisions are what idem's MCP client (mcp/client.h, the
+// gateway's upstream side) offers and accepts.
+//
 // Thread safety: constants and pure functions.
 
 #include <string>

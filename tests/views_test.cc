@@ -183,7 +183,11 @@ TEST(ApprovalViewTest, AWaitingStepIsShownWithItsToken) {
                  {"changes", {{"amount_cents", 184000}}},
                  {"resource_version", "v3"}}},
                {"expires_at", "2023-11-14T22:13:20.000Z"},
-               {"token", "idem1.payload.mac"}};
+               {"token", "idem1.payload.mac"},
+               // "approval": "human" is one person with the role approver,
+               // and nobody has approved yet.
+               {"policy", {{"rule", nullptr}, {"role", "approver"}, {"quorum", 1}}},
+               {"approvals", Json::array()}};
   EXPECT_EQ(*v, want);
 }
 
