@@ -27,12 +27,6 @@ token() {
 }
 
 SPEC="$EX/payment.json"
-if ! "$PAY" validate "$SPEC" >/dev/null 2>&1; then
-  # Approval policies (roles, quorum) come with y-policy's branch; without
-  # them every amount asks one approver.
-  echo "(approval policies are not in this build: payment_human.json, one approver for every amount)"
-  SPEC="$EX/payment_human.json"
-fi
 
 bold "== Payments 1. EUR 45.00: the policy passes it, the hold is captured at once =="
 say "payments --db pay.db run payment.json --input @input_small.json --intent-key ord-small"
@@ -40,8 +34,7 @@ say "payments --db pay.db run payment.json --input @input_small.json --intent-ke
 rc=$?
 echo "(exit $rc)"
 if [ $rc -eq 7 ]; then
-  "$PAY" --db "$DB" approve "$(token)" --as maria --note "small amount" >/dev/null
-  echo "(approved by maria: exit $?)"
+  echo "(the policy should have passed this amount)"; exit 1
 fi
 
 bold "== Payments 2. EUR 1,200.00: one finance approver =="
@@ -50,16 +43,19 @@ say "payments --db pay.db run payment.json --input @input_medium.json --intent-k
 echo "(exit $?: 7 = the hold is placed; the capture waits for a person)"
 say "payments --db pay.db approvals"
 "$PAY" --db "$DB" approvals
-say "payments --db pay.db approve \$TOKEN --as maria --note 'invoice 2026-118'"
-"$PAY" --db "$DB" approve "$(token)" --as maria --note "invoice 2026-118"
+say "payments --db pay.db approve \$TOKEN --as maria --role finance --note 'invoice 2026-118'"
+"$PAY" --db "$DB" approve "$(token)" --as maria --role finance --note "invoice 2026-118"
 echo "(exit $?: captured, receipt sent)"
 
 bold "== Payments 3. EUR 9,000.00: needs two; rejected, the hold is voided =="
 say "payments --db pay.db run payment.json --input @input_large.json --intent-key ord-large"
 "$PAY" --db "$DB" run "$SPEC" --input "@$EX/input_large.json" --intent-key ord-large
 echo "(exit $?)"
-say "payments --db pay.db reject \$TOKEN --as maria --reason 'no purchase order'"
-"$PAY" --db "$DB" reject "$(token)" --as maria --reason "no purchase order"
+say "payments --db pay.db approve \$TOKEN --as maria --role finance --note 'looks right'"
+"$PAY" --db "$DB" approve "$(token)" --as maria --role finance --note "looks right"
+echo "(exit $?: one of two finance approvals; the capture still waits)"
+say "payments --db pay.db reject \$TOKEN --as olga --role finance --reason 'no purchase order'"
+"$PAY" --db "$DB" reject "$(token)" --as olga --role finance --reason "no purchase order"
 echo "(exit $?: 3 = rolled back: the hold is voided, nothing captured)"
 
 say "payments-ledger --ledger pay.db.ledger.sqlite show"
