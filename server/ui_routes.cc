@@ -12,9 +12,9 @@
 #include "server/handlers.h"
 #include "server/problem.h"
 #include "server/resources.h"
+#include "server/sign_in_limit.h"
 #include "server/ui_assets.h"
 #include "server/ui_events.h"
-#include "server/sign_in_limit.h"
 #include "server/ui_session.h"
 
 #include "common/json_util.h"
