@@ -332,8 +332,9 @@ void Runner::RunHttpCommand(const SagaPlan& saga, const Command& cmd) {
       api_sagas_.insert(id);
     } else if (status == 409) {
       // The key is still claimed by a server killed while it answered: the
-      // claim is taken over only after the key layer's lock timeout (60 s),
-      // past the client's retries. The agent tries once more then (Settle).
+      // claim, no longer renewed, is taken over after the key layer's lock
+      // timeout (5 s), which can outlast the client's retries. The agent
+      // tries once more then (Settle).
       given_up_.push_back({saga.intent_key, text, NowMs()});
       stats_.worker_exits["agent gave up on a submit (409 in flight)"] += 1;
     } else {
@@ -389,8 +390,8 @@ std::string Runner::SubmitOverApi(const std::string& key, const std::string& tex
 
 void Runner::RetryGivenUp() {
   for (const auto& g : given_up_) {
-    // Past the key layer's lock timeout (IdempotencyOptions: 60 s).
-    while (NowMs() < g.at_ms + 61'000) {
+    // Past the key layer's lock timeout (IdempotencyOptions: 5 s).
+    while (NowMs() < g.at_ms + 6'000) {
       Maintain();
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <cctype>
+#include <chrono>
 #include <exception>
 #include <utility>
 
@@ -131,9 +132,53 @@ IdempotencyLayer::IdempotencyLayer(std::unique_ptr<storage::Store> owned,
     : owned_(std::move(owned)),
       records_(records),
       options_(std::move(options)),
-      clock_(options_.clock != nullptr ? options_.clock : SystemClock::Get()) {}
+      clock_(options_.clock != nullptr ? options_.clock : SystemClock::Get()) {
+  renewer_ = std::thread([this] { RenewLoop(); });
+}
 
-IdempotencyLayer::~IdempotencyLayer() = default;
+IdempotencyLayer::~IdempotencyLayer() {
+  {
+    std::lock_guard<std::mutex> lock(renew_mu_);
+    stop_ = true;
+  }
+  renew_cv_.notify_all();
+  renewer_.join();
+}
+
+uint64_t IdempotencyLayer::Hold(storage::KeyLease lease) {
+  std::lock_guard<std::mutex> lock(renew_mu_);
+  const uint64_t id = next_id_++;
+  live_.emplace(id, std::move(lease));
+  return id;
+}
+
+void IdempotencyLayer::Drop(uint64_t id) {
+  std::lock_guard<std::mutex> lock(renew_mu_);
+  live_.erase(id);
+}
+
+void IdempotencyLayer::RenewLoop() {
+  const auto interval =
+      std::chrono::milliseconds(std::max<int64_t>(1, options_.lock_timeout_ms / 3));
+  std::unique_lock<std::mutex> lock(renew_mu_);
+  while (!renew_cv_.wait_for(lock, interval, [this] { return stop_; })) {
+    if (live_.empty()) continue;
+    std::vector<uint64_t> ids;
+    std::vector<storage::KeyLease> leases;
+    for (const auto& [id, lease] : live_) {
+      ids.push_back(id);
+      leases.push_back(lease);
+    }
+    lock.unlock();
+    // A failed tick is retried at the next. A claim lost (taken over while
+    // this holder stalled) is renewed no more; its CompleteKey is fenced.
+    Result<std::vector<size_t>> lost = records_->RenewKeys(leases, clock_->NowMs());
+    lock.lock();
+    if (lost.ok()) {
+      for (size_t i : *lost) live_.erase(ids[i]);
+    }
+  }
+}
 
 Result<std::unique_ptr<IdempotencyLayer>> IdempotencyLayer::Open(const std::string& sqlite_path,
                                                                  IdempotencyOptions options) {
@@ -293,19 +338,22 @@ void IdempotencyLayer::Run(const IdempotentRequest& req,
   }
 
   // Execution begins: from here on the response is stored (the Stripe rule).
+  // The renewer keeps the claim alive while the handler runs.
+  const uint64_t held = Hold(storage::KeyLease{scope, *key, claim->token});
   try {
     handler(res);
   } catch (...) {
     Problem(res, 500, kProblemHandlerFailed, "The handler failed", "the request failed");
   }
+  Drop(held);
   const auto& released = released_statuses;
   if (std::find(released.begin(), released.end(), res.status) != released.end()) {
     (void)records_->ReleaseKey(scope, *key,
                                claim->token);  // a failed release expires with the lock timeout
     return;
   }
-  // A failure here leaves the claim in flight: retries get 409 until the lock
-  // timeout, never a second run before it. A fenced claim (taken over after
+  // A failure here leaves the claim in flight, no longer renewed: retries get
+  // 409 until the lock timeout, then take it over. A fenced claim (taken over after
   // the lock timeout) keeps the newer holder's response.
   (void)records_->CompleteKey(scope, *key, claim->token, res.status, res.content_type, res.body);
 }

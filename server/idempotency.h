@@ -55,10 +55,18 @@
 // Claims ("change instead of check"): the first request INSERTs an in_flight
 // row in its own transaction, before the handler runs; the primary key
 // (scope, key) makes exactly one concurrent request win, in one process or
-// several sharing the file. An in_flight row older than Options::lock_timeout_ms
-// (its process crashed, or the handler hangs) may be taken over by a retry;
-// the old holder's late result is then discarded (fenced by a claim token).
-// So lock_timeout_ms must exceed the longest handler run.
+// several sharing the file. A claim is a lease: while the handler runs, the
+// layer's one background renewer renews every live claim of the layer (one
+// store transaction per tick, every lock_timeout_ms / 3), so a handler that
+// runs far longer than lock_timeout_ms keeps its claim and a retry gets 409
+// the whole time. A claim not renewed for Options::lock_timeout_ms (its
+// process crashed or was killed) is abandoned and a retry with the same
+// fingerprint takes it over and runs the handler. The trade-off: a holder
+// stalled longer than lock_timeout_ms (SIGSTOP, a renewer blocked on the
+// store) loses its claim; its handler may then run twice, and its late
+// result is discarded (fenced by the claim token): the stalled request's
+// own client still gets that late response, every later retry gets the
+// taker's stored response.
 //
 // Expiry (published policy): a finished record older than Options::ttl_ms
 // (24 h by default) is forgotten; the key then starts a new request.
@@ -78,11 +86,14 @@
 // Thread safety: every method, and every handler Wrap returns, may be called
 // from many threads at once. The layer must outlive the handlers Wrap returns.
 
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -112,8 +123,10 @@ inline constexpr const char* kProblemKeyReused = "urn:idem:problem:idempotency-k
 inline constexpr size_t kMaxIdempotencyKeyLength = 255;
 
 struct IdempotencyOptions {
-  /// An in_flight record older than this may be taken over by a retry.
-  int64_t lock_timeout_ms = 60'000;
+  /// A claim not renewed for this long (its holder died) may be taken over
+  /// by a retry: how long a key stays 409 after a crash. The layer renews
+  /// its live claims every lock_timeout_ms / 3.
+  int64_t lock_timeout_ms = 5'000;
   /// A finished record older than this is forgotten (>= 24 h, like Stripe).
   int64_t ttl_ms = 24LL * 3600 * 1000;
   /// Retry-After (seconds) on a 409 and a 503.
@@ -207,10 +220,22 @@ class IdempotencyLayer {
   IdempotencyLayer(std::unique_ptr<storage::Store> owned, storage::KeyRecordStore* records,
                    IdempotencyOptions options);
 
+  // The renewer: renews every claim in live_ each tick until stop_.
+  void RenewLoop();
+  uint64_t Hold(storage::KeyLease lease);  // adds to live_; returns its id
+  void Drop(uint64_t id);                  // removes from live_
+
   std::unique_ptr<storage::Store> owned_;  // Open's SQLite file; null for Create
   storage::KeyRecordStore* records_;       // owned_'s, or Create's
   IdempotencyOptions options_;
   Clock* clock_;
+
+  std::mutex renew_mu_;
+  std::condition_variable renew_cv_;
+  bool stop_ = false;                           // guarded by renew_mu_
+  uint64_t next_id_ = 0;                        // guarded by renew_mu_
+  std::map<uint64_t, storage::KeyLease> live_;  // guarded by renew_mu_
+  std::thread renewer_;  // started by the constructor, joined by the destructor
 };
 
 }  // namespace idem::server

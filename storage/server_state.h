@@ -41,8 +41,8 @@ struct KeyRecord {
 /// How a claim judges an existing record (the caller's clock and policy).
 struct KeyClaimPolicy {
   int64_t now_ms = 0;
-  /// An in_flight record claimed this long ago (or longer) may be taken over
-  /// by a request with the same fingerprint.
+  /// An in_flight record claimed or renewed this long ago (or longer) may be
+  /// taken over by a request with the same fingerprint.
   int64_t lock_timeout_ms = 0;
   /// A done record created this long ago (or longer) is forgotten: the key
   /// starts a new request.
@@ -62,7 +62,17 @@ struct KeyClaim {
   KeyRecord stored;   ///< kReplay
 };
 
+/// A live claim, as its holder knows it (for RenewKeys).
+struct KeyLease {
+  std::string scope;
+  std::string key;
+  std::string token;  ///< KeyClaim::token
+};
+
 /// The Idempotency-Key records: (scope, key) -> a claim, then a response.
+/// A claim is a lease: its holder renews it (RenewKeys) while the request
+/// runs; one not renewed for KeyClaimPolicy::lock_timeout_ms is abandoned
+/// and may be taken over.
 class KeyRecordStore {
  public:
   virtual ~KeyRecordStore() = default;
@@ -85,6 +95,13 @@ class KeyRecordStore {
   /// nothing); OK if it is gone already.
   virtual Status ReleaseKey(const std::string& scope, const std::string& key,
                             const std::string& token) = 0;
+
+  /// Renews every claim of `claims` still held (its record in_flight with
+  /// its token): claimed_ms = now_ms, all in one transaction. Returns the
+  /// indexes into `claims` of those lost (taken over, released, done or
+  /// gone), in order; nothing written for them.
+  virtual Result<std::vector<size_t>> RenewKeys(const std::vector<KeyLease>& claims,
+                                                int64_t now_ms) = 0;
 
   /// The record of (scope, key); kNotFound when absent.
   virtual Result<KeyRecord> FindKey(const std::string& scope, const std::string& key) = 0;

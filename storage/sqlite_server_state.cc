@@ -157,6 +157,31 @@ Status SqliteStore::ReleaseKey(const std::string& scope, const std::string& key,
   });
 }
 
+Result<std::vector<size_t>> SqliteStore::RenewKeys(const std::vector<KeyLease>& claims,
+                                                   int64_t now_ms) {
+  IDEM_RETURN_IF_ERROR(WritesAllowed());
+  if (claims.empty()) return std::vector<size_t>();
+  return Guarded<Result<std::vector<size_t>>>(
+      "renew idempotency claims", [&]() -> Result<std::vector<size_t>> {
+        std::lock_guard<std::mutex> lock(mu_);
+        std::vector<size_t> lost;
+        SQLite::Transaction tx(*db_, SQLite::TransactionBehavior::IMMEDIATE);
+        SQLite::Statement up(*db_,
+                             "UPDATE idempotency SET claimed_ms = ? WHERE scope = ? AND key = ?"
+                             " AND claim_token = ? AND state = 'in_flight'");
+        for (size_t i = 0; i < claims.size(); ++i) {
+          up.reset();
+          up.bind(1, static_cast<int64_t>(now_ms));
+          up.bind(2, claims[i].scope);
+          up.bind(3, claims[i].key);
+          up.bind(4, claims[i].token);
+          if (up.exec() != 1) lost.push_back(i);
+        }
+        tx.commit();
+        return lost;
+      });
+}
+
 Result<KeyRecord> SqliteStore::FindKey(const std::string& scope, const std::string& key) {
   return Guarded<Result<KeyRecord>>("read idempotency record", [&]() -> Result<KeyRecord> {
     std::lock_guard<std::mutex> lock(mu_);
