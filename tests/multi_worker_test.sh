@@ -320,8 +320,19 @@ check_outcome() {
     fail "$missing steps have no ledger effect, $extra ledger effects belong to no step"
   [[ "$actions" -eq $((3 * n)) && $others -eq 0 ]] ||
     fail "the ledger has $actions action effects and $others others, expected $((3 * n)) and 0"
-  [[ "$journal_effects" -eq $((3 * n)) ]] ||
+  if [[ "$journal_effects" -ne $((3 * n)) ]]; then
+    # Which steps have no effect row, and what their sagas' journals say.
+    local bare="FROM steps s LEFT JOIN effects e ON e.saga_id = s.saga_id
+       AND e.step_id = s.step_id AND e.kind = 'action' WHERE e.saga_id IS NULL"
+    q "SELECT s.saga_id, s.step_id, s.state, s.attempt, s.updated_ms $bare" >&2 || true
+    q "SELECT j.saga_id, j.seq, j.step_id, j.event, j.data, j.at_ms FROM journal j
+       WHERE j.saga_id IN (SELECT s.saga_id $bare) ORDER BY j.seq" >&2 || true
+    local sg
+    for sg in $(q "SELECT DISTINCT s.saga_id $bare" || true); do
+      grep -h "$sg" "$WORK"/w*.log >&2 || true
+    done
     fail "the journal records $journal_effects action effects, expected $((3 * n))"
+  fi
 }
 
 # ---- the cases ---------------------------------------------------------------------
