@@ -41,10 +41,12 @@ bool HasCompensation(const Json& spec, int index) {
 }  // namespace
 
 const std::vector<std::string>& CheckNames() {
-  static const std::vector<std::string> kNames = {
-      "duplicate_effects",     "lost_sagas",          "intent_key_split", "orphan_effects",
-      "missing_compensations", "effects_left_behind", "missing_effects",  "not_terminal_or_parked",
-      "parked_without_reason", "parked_unsettled",    "late_writes"};
+  static const std::vector<std::string> kNames = {"duplicate_effects",      "lost_sagas",
+                                                  "intent_key_split",       "orphan_effects",
+                                                  "missing_compensations",  "effects_left_behind",
+                                                  "missing_effects",        "unsettled_jobs",
+                                                  "not_terminal_or_parked", "parked_without_reason",
+                                                  "parked_unsettled",       "late_writes"};
   return kNames;
 }
 
@@ -160,6 +162,21 @@ CheckResult Check(const CheckData& data, const CheckOptions& options) {
     }
   }
 
+  // A slow provider's job still pending once its saga has ended: the saga
+  // stopped asking how it ended, and the provider may still carry it out.
+  std::map<std::string, std::pair<std::string, std::string>> step_of_key;  // key: (saga, state)
+  for (const auto& s : data.sagas) {
+    for (const auto& st : s.steps) step_of_key[st.step_key] = {s.summary.saga_id, s.summary.state};
+  }
+  for (const auto& j : data.jobs) {
+    if (j.outcome != "pending") continue;
+    auto it = step_of_key.find(j.idempotency_key);
+    if (it == step_of_key.end() || !IsTerminal(it->second.second)) continue;
+    add("unsettled_jobs", it->second.first,
+        "saga " + it->second.second + ", but " + j.provider + "." + j.operation + " job " +
+            j.job_id + " (key " + j.idempotency_key + ") is still pending at its provider");
+  }
+
   // A leasing process writes only while it holds the saga's lease: the
   // fence (lease epoch) refuses a write after someone else claimed it.
   for (const auto& w : data.journal_writes) {
@@ -243,6 +260,9 @@ Result<CheckData> LoadCheckData(const std::vector<std::string>& locators,
     auto effects = (*ledger)->Effects();
     if (!effects.ok()) return effects.status();
     for (auto& e : *effects) data.effects.push_back(std::move(e));
+    auto jobs = (*ledger)->Jobs();
+    if (!jobs.ok()) return jobs.status();
+    for (auto& j : *jobs) data.jobs.push_back(std::move(j));
   }
   if (!acked_file.empty()) {
     std::ifstream in(acked_file);

@@ -22,6 +22,10 @@
 //                          compensated, and no undo in the ledger
 //   missing_effects        a succeeded saga whose succeeded step with a
 //                          compensation (a write) has no effect in the ledger
+//   unsettled_jobs         a job a slow provider took (the ledger's
+//                          acceptances) still pending when its saga has
+//                          ended: nobody asks how it ended, and the provider
+//                          may still carry it out
 //   not_terminal_or_parked a saga neither terminal (succeeded, compensated,
 //                          cancelled, failed) nor waiting for a person
 //                          (needs_attention, awaiting_approval, paused)
@@ -80,6 +84,7 @@ struct JournalWrite {
 struct CheckData {
   std::vector<storage::SagaRecord> sagas;
   std::vector<travel::LedgerEffect> effects;  ///< every ledger's effects
+  std::vector<travel::LedgerJob> jobs;        ///< every ledger's slow-provider jobs
   std::vector<AckedSaga> acked;
   std::vector<JournalWrite> journal_writes;  ///< empty without an audit
 };

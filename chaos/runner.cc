@@ -173,7 +173,11 @@ std::string Runner::LogPath(const std::string& name) const {
 }
 
 std::vector<std::string> Runner::Base() const {
-  return {config_.travel_booking, "--store", locator_, "--keys", keys_, "--ledger", ledger_};
+  // The slow provider (transfers.book, trip_async) confirms a job 300 ms
+  // after it took it: long enough for kills while it is pending, short
+  // enough for the end phase's checks.
+  return {config_.travel_booking, "--store", locator_, "--keys", keys_, "--ledger", ledger_,
+          "--confirm-delay-ms",   "300"};
 }
 
 int64_t Runner::Typical(const std::string& kind) const {
@@ -521,7 +525,9 @@ bool Runner::RecoverUntilQuiet(int64_t deadline_ms) {
       auto store = storage::OpenStore(locator);
       if (store.ok()) {
         storage::SagaFilter f;
-        f.states = {"pending", "running", "compensating"};
+        // A saga waiting for its provider is checked by a later recover
+        // once due: not quiet yet.
+        f.states = {"pending", "running", "compensating", "awaiting_completion"};
         f.limit = 1;
         auto list = (*store)->ListSagas(f);
         busy = busy || !list.ok() || !list->empty();
@@ -623,10 +629,20 @@ Status Runner::Settle() {
     }
   }
   RetryGivenUp();
-  for (int round = 0; round < 12 && NowMs() < deadline; ++round) {
+  // Until nothing waits for the person, or the deadline. A decision can find
+  // the saga busy: the lease of a process SIGKILLed while it held it (a CLI's
+  // lease is 30 s) is still running, so the decision is refused or recorded
+  // for later. The next round comes after a pause, and comes again until
+  // that lease has run out; a fixed number of quick rounds could end inside
+  // it and leave a saga waiting that was about to move.
+  while (NowMs() < deadline) {
     stats_.settle_rounds += 1;
     RecoverUntilQuiet(deadline);
     if (PersonPass() == 0) break;
+    for (int i = 0; i < 25 && NowMs() < deadline; ++i) {  // about 0.5 s
+      Maintain();
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
   }
   RecoverUntilQuiet(deadline);
   return Status::Ok();

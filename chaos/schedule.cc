@@ -152,6 +152,24 @@ void DrawTripServer(Rng& rng, const Settings& s, SagaPlan* saga) {
   saga->commands.push_back(decide);
 }
 
+// trip_async.json: flight, hotel, car and an airport transfer from the slow
+// provider (transfers.book takes the call, confirms it the sweep's
+// --confirm-delay-ms later), then the payment. Kills land while the branches
+// are in flight and while the transfer is pending (run ends, the saga waits
+// in awaiting_completion, the recovers' status checks finish it); the
+// transfer's own faults: a lost request or answer (resolved by its status),
+// or a job the provider later declines (the saga rolls back).
+void DrawTripAsync(Rng& rng, const Settings& s, SagaPlan* saga) {
+  DrawStartAndResume(rng, s, saga, /*parallel=*/true);
+  Command& start = saga->commands.front();
+  if (rng.Chance(0.4)) {
+    static const char* kModes[] = {"lose_request@1", "lose_response@1", "decline", "fail@1"};
+    start.faults.push_back(std::string("transfers.book=") + kModes[rng.Between(0, 3)]);
+  }
+  saga->commands.push_back(Simple(rng, "recover", 0.7, true));
+  saga->commands.push_back(Simple(rng, "recover", 0.5, true));
+}
+
 }  // namespace
 
 const std::vector<Scenario>& Scenarios() {
@@ -162,11 +180,7 @@ const std::vector<Scenario>& Scenarios() {
     {"trip_direct",   "chaos/specs/trip_direct.json",        &DrawTripDirect},
     {"open_agent",    "",                                    &DrawOpenAgent},
     {"trip_server",   "examples/travel_booking/trip.json",   &DrawTripServer},
-    // Reserved for the asynchronous providers (issue 13): a spec whose step
-    // completes later (`processing`, `awaiting_completion`), its provider
-    // killed while the completion is pending. Give it a draw function (and
-    // the runner its verbs) to have it drawn; docs/reliability.md.
-    {"trip_async",    "",                                    nullptr},
+    {"trip_async",    "examples/travel_booking/trip_async.json", &DrawTripAsync},
   };
   // clang-format on
   return kScenarios;

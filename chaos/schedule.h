@@ -103,7 +103,7 @@ struct Scenario {
   const char* name;
   const char* spec;  ///< the spec file, relative to the source tree ("" for open sagas)
   /// Draws the saga's commands (after the scenario was picked); nullptr: a
-  /// reserved kind that is never drawn (trip_async, until its provider lands).
+  /// reserved kind that is never drawn.
   void (*draw)(Rng& rng, const Settings& settings, SagaPlan* saga);
 };
 

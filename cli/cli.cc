@@ -20,6 +20,7 @@
 #include "cli/metrics_endpoint.h"
 #include "cli/open.h"
 #include "cli/prune.h"
+#include "cli/reconcile.h"
 #include "cli/serve_tls.h"
 #include "preview_commit/token.h"
 #include "preview_commit/two_phase.h"
@@ -114,6 +115,8 @@ int ExitForSagaState(const std::string& state) {
       return kExitNeedsAttention;
     case SagaState::kAwaitingApproval:
       return kExitAwaitingApproval;
+    case SagaState::kAwaitingCompletion:
+      return kExitAwaitingCompletion;
     default:
       return kExitOk;  // pending, running, waiting: not an error
   }
@@ -211,7 +214,8 @@ void PrintSagaText(const storage::SagaRecord& rec) {
 }
 
 struct Options {
-  PruneFlags background_prune;  // serve and worker: --prune-older-than ... (cli/prune.h)
+  PruneFlags background_prune;          // serve and worker: --prune-older-than ... (cli/prune.h)
+  ReconcileFlags background_reconcile;  // serve and worker: --reconcile-every (cli/reconcile.h)
   std::string db;
   std::string spec_path;
   std::string input;
@@ -443,7 +447,13 @@ int PrintRecovery(const RecoveryReport& report) {
         worst = kExitNeedsAttention;
         break;
       case RecoveredSaga::Outcome::kWaiting:
-        ++waiting;
+        if (s.state == SagaStateName(SagaState::kAwaitingCompletion)) {
+          // Waiting for its provider (saga/completion.h): not a person's wait.
+          std::printf("waiting %s: %s%s%s\n", s.saga_id.c_str(), s.state.c_str(), sep,
+                      s.reason.c_str());
+        } else {
+          ++waiting;
+        }
         break;
       case RecoveredSaga::Outcome::kFailed:
         std::printf("not moved %s: %s\n", s.saga_id.c_str(), s.reason.c_str());
@@ -461,6 +471,10 @@ int PrintRecovery(const RecoveryReport& report) {
       "recovery: %d saga(s) resumed (%d of them parked: needs attention), %d not moved, %d "
       "waiting for approval, %d left to the workers that hold them\n",
       report.resumed, report.parked, not_moved, waiting, report.skipped);
+  if (report.waiting_completion > 0) {
+    std::printf("recovery: %d saga(s) waiting for their provider (checked when due)\n",
+                report.waiting_completion);
+  }
   return report.errors.empty() ? worst : kExitInternal;
 }
 
@@ -674,6 +688,13 @@ int CmdWorker(const Options& o, const ToolRegistry& tools, storage::Store* store
     if (!started.ok()) return Fail(started.status());
     pruner = std::move(started).value();
   }
+  std::unique_ptr<BackgroundReconciler> reconciler;
+  if (!o.background_reconcile.every.empty()) {
+    auto started = BackgroundReconciler::Start(o.background_reconcile, &tools, store,
+                                               SystemClock::Get(), eo.observer);
+    if (!started.ok()) return FailWith(started.status(), kExitUsage);
+    reconciler = std::move(started).value();
+  }
   Engine engine(store, &tools, eo);
   WorkerOptions wo;
   wo.concurrency = o.concurrency;
@@ -743,6 +764,13 @@ int CmdServe(const Options& o, const ToolRegistry& tools, storage::Store* store,
     if (!pruning.ok()) return Fail(pruning.status());
     pruner = std::move(pruning).value();
   }
+  std::unique_ptr<BackgroundReconciler> reconciler;
+  if (!o.background_reconcile.every.empty()) {
+    auto reconciling = BackgroundReconciler::Start(o.background_reconcile, &tools, store,
+                                                   SystemClock::Get(), (*srv)->journal_observer());
+    if (!reconciling.ok()) return FailWith(reconciling.status(), kExitUsage);
+    reconciler = std::move(reconciling).value();
+  }
   Status started = (*srv)->Start();
   if (!started.ok()) return Fail(started);
   observability::Log(observability::LogLevel::kInfo, "serving",
@@ -808,6 +836,11 @@ int RunCli(int argc, char** argv, const FrontendConfig& config) {
   app.add_option("--keys", o.keys_path,
                  "commit-token keys (created 0600 on first use; default <db>.keys.json or "
                  "$IDEM_KEYS)");
+  // Global, not serve's alone: a saga driven by `serve` with HTTP tools is
+  // recovered, checked (awaiting_completion) and reconciled by the other
+  // commands with the same tools.
+  app.add_option("--tools", o.tools_path,
+                 "an HTTP tools file to register, for every command (tools/http_tool.h)");
   std::string log_format = "text";
   std::string log_level;
   app.add_option("--log-format", log_format, "logs on stderr: text (default) or json, a line each")
@@ -851,6 +884,13 @@ int RunCli(int argc, char** argv, const FrontendConfig& config) {
   auto* recover = app.add_subcommand("recover", "resume every saga that had not finished");
   recover->add_option("--concurrency", o.concurrency, "sagas resumed at once")
       ->check(CLI::Range(1, 64));
+
+  std::string reconcile_since = "7d";
+  auto* reconcile_cmd = app.add_subcommand(
+      "reconcile", "re-check recorded effects against the providers; exit 13 on drift");
+  reconcile_cmd->add_option("--since", reconcile_since,
+                            "effects of the last DURATION (30m, 2h, 7d; default 7d)");
+  reconcile_cmd->add_flag("--json", o.json, "JSON");
 
   auto* resolve = app.add_subcommand(
       "resolve", "record a person's decision about a parked step, then drive the saga on");
@@ -938,7 +978,6 @@ int RunCli(int argc, char** argv, const FrontendConfig& config) {
                     "callers: JSON [{\"name\", \"token_sha256\", \"roles\": [...]}]");
   serve->add_flag("--insecure-no-auth", o.insecure_no_auth,
                   "serve without authentication (loopback only)");
-  serve->add_option("--tools", o.tools_path, "an HTTP tools file to register");
   serve->add_option("--workers", o.workers, "sagas driven at once")->check(CLI::Range(1, 256));
   // The HTTP front's bounds (docs/server.md "Limits"); the defaults are
   // ServerOptions'.
@@ -1004,6 +1043,8 @@ int RunCli(int argc, char** argv, const FrontendConfig& config) {
   McpCommand mcp_cmd(&app);    // idem mcp: MCP over stdio (cli/mcp.h)
   AddBackgroundPruneFlags(serve, &o.background_prune);
   AddBackgroundPruneFlags(worker, &o.background_prune);
+  AddBackgroundReconcileFlags(serve, &o.background_reconcile);
+  AddBackgroundReconcileFlags(worker, &o.background_reconcile);
   PruneFlags prune_flags;
   auto* prune = AddPruneCommand(&app, &prune_flags);
 
@@ -1016,7 +1057,8 @@ int RunCli(int argc, char** argv, const FrontendConfig& config) {
       "            7 waiting for approval, 8 busy: the journal is driven by another process,\n"
       "            or the saga or store is busy (try again), 9 commit token expired,\n"
       "            10 commit already decided, 11 the journal went back in time,\n"
-      "            12 keys retire refused: pending commits still need the key");
+      "            12 keys retire refused: pending commits still need the key,\n"
+      "            13 reconcile found drift, 14 waiting for its provider to finish");
 
   try {
     app.parse(argc, argv);
@@ -1049,11 +1091,12 @@ int RunCli(int argc, char** argv, const FrontendConfig& config) {
     Status s = config.register_tools(tools, ctx);
     if (!s.ok()) return Fail(s);
   }
-  if (serve->parsed() && !o.tools_path.empty()) {
+  if (!o.tools_path.empty()) {
     Status loaded = LoadHttpTools(o.tools_path, &tools);
     if (!loaded.ok()) return Fail(loaded);
   }
-  if (mcp_cmd.parsed() && !mcp_cmd.tools_path().empty()) {
+  // `mcp --tools F` and the global `--tools F` name one file: loaded once.
+  if (mcp_cmd.parsed() && !mcp_cmd.tools_path().empty() && mcp_cmd.tools_path() != o.tools_path) {
     Status loaded = LoadHttpTools(mcp_cmd.tools_path(), &tools);
     if (!loaded.ok()) return Fail(loaded);
   }
@@ -1133,6 +1176,7 @@ int RunCli(int argc, char** argv, const FrontendConfig& config) {
   if (status->parsed()) return CmdStatus(o, store->get());
   if (list->parsed()) return CmdList(o, store->get());
   if (recover->parsed()) return CmdRecover(o, tools, store->get(), signer);
+  if (reconcile_cmd->parsed()) return CmdReconcile(reconcile_since, o.json, tools, store->get());
   if (resolve->parsed()) return CmdResolve(o, tools, store->get(), signer);
   if (approvals->parsed()) return CmdApprovals(o, store->get());
   if (submit->parsed()) return CmdSubmit(o, tools, store->get());

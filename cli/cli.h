@@ -40,7 +40,8 @@
 // the reverse); 11 the journal went back in time (its high-water mark,
 // storage/high_water_mark.h): nothing is driven until `journal
 // accept-regression` or the lost WAL is put back; 12 `keys retire` refused:
-// pending commits still need the key (cli/keys_retire.h).
+// pending commits still need the key (cli/keys_retire.h); 13 `reconcile`
+// found drift between the journal and a provider (cli/reconcile.h).
 //
 // Thread safety: call once per process, from main().
 
@@ -67,6 +68,10 @@ constexpr int kExitTokenExpired = 9;
 constexpr int kExitAlreadyDecided = 10;
 constexpr int kExitJournalRegressed = 11;
 constexpr int kExitKeyInUse = 12;
+constexpr int kExitDrift = 13;  ///< `reconcile` found drift (cli/reconcile.h)
+/// The saga waits for its provider to finish a step (awaiting_completion,
+/// saga/completion.h): neither done nor failed; a sweep checks it when due.
+constexpr int kExitAwaitingCompletion = 14;
 
 /// What the front end tells the embedding program once options are parsed.
 struct Context {

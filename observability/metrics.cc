@@ -85,6 +85,7 @@ void Metrics::Observe(const storage::JournalEntry& e, storage::Store* store) {
   }
   std::lock_guard<std::mutex> lock(mu_);
   ++events_[e.event];
+  if (e.event == "drift") ++drift_[DataString(e, "kind")];  // saga/reconcile.h
   if (!e.step_id.empty()) {
     const std::string step = e.saga_id + "/" + e.step_id;
     const bool was_unknown = unknown_.count(step) > 0;
@@ -248,6 +249,9 @@ std::string Metrics::Render(storage::Store* store) {
        "Repeats answered without doing the work again.");
   Labelled(o, "idem_duplicates_absorbed_total", "how",
            {"stored_response", "existing_intent", "in_flight", "provider_replay"}, duplicates_);
+  Head(o, "idem_reconcile_drift_total", "counter",
+       "Drift the reconciliation job found (once per finding), by kind.");
+  Labelled(o, "idem_reconcile_drift_total", "kind", {"effect_missing", "orphan"}, drift_);
   Head(o, "idem_unknown_outcomes_total", "counter", "Tool calls whose outcome was unknown.");
   o << "idem_unknown_outcomes_total " << unknown_total_ << "\n";
   Head(o, "idem_unknown_resolved_total", "counter", "How unknown outcomes were resolved.");

@@ -91,6 +91,7 @@ class Metrics {
   std::map<std::string, uint64_t> events_;            // GUARDED_BY(mu_)
   std::map<std::string, uint64_t> steps_;             // GUARDED_BY(mu_)
   std::map<std::string, uint64_t> duplicates_;        // GUARDED_BY(mu_)
+  std::map<std::string, uint64_t> drift_;             // GUARDED_BY(mu_) by kind
   std::map<std::string, uint64_t> unknown_resolved_;  // GUARDED_BY(mu_)
   std::map<std::string, uint64_t> compensations_;     // GUARDED_BY(mu_)
   std::map<std::string, uint64_t> approvals_;         // GUARDED_BY(mu_)

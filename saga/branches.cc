@@ -37,19 +37,48 @@ int FirstInState(const SagaRun& run, StepState state) {
   return -1;
 }
 
+// Once a branch failed or parked, nothing new starts (in this drive or a
+// later one); the branches in flight at their provider are still checked.
+bool ForwardStopped(const SagaRun& run) {
+  return FirstInState(run, StepState::kFailed) >= 0 ||
+         FirstInState(run, StepState::kNeedsAttention) >= 0;
+}
+
+// The steps to drive now: ReadySteps (none once the forward path stopped),
+// and the processing steps whose check is due (saga/completion.h), in index
+// order.
+Result<std::vector<int>> Ready(const SagaRun& run, const std::vector<std::vector<int>>& parents) {
+  std::vector<int> ready;
+  if (!ForwardStopped(run)) ready = ReadySteps(parents, States(run));
+  auto due = run.DueProcessingSteps();
+  if (!due.ok()) return due.status();
+  ready.insert(ready.end(), due->begin(), due->end());
+  std::sort(ready.begin(), ready.end());
+  return ready;
+}
+
 // What the round came to, from the steps' states and what this round's
 // branches ended with.
 Result<ForwardRound> Summarize(const SagaRun& run, const std::map<int, StepEnd>& ends,
                                bool started_any, bool left_ready) {
-  if (int i = FirstInState(run, StepState::kFailed); i >= 0)
+  // A branch still at its provider when another failed or parked: the saga
+  // waits for its check first. Rolling back now would leave it unchecked
+  // and never undone, though its provider may still finish it.
+  const int processing = FirstInState(run, StepState::kProcessing);
+  if (int i = FirstInState(run, StepState::kFailed); i >= 0) {
+    if (processing >= 0) return ForwardRound{ForwardRound::kProcessing, processing};
     return ForwardRound{ForwardRound::kFailed, i};
+  }
   if (int i = FirstInState(run, StepState::kNeedsAttention); i >= 0) {
+    if (processing >= 0) return ForwardRound{ForwardRound::kProcessing, processing};
     return ForwardRound{ForwardRound::kParked, i};
   }
   if (left_ready) return ForwardRound{ForwardRound::kMore, -1};
   for (const auto& [index, end] : ends) {
     if (end == StepEnd::kWaiting) return ForwardRound{ForwardRound::kWaiting, index};
   }
+  // A branch in flight at its provider: the saga waits for its check.
+  if (processing >= 0) return ForwardRound{ForwardRound::kProcessing, processing};
   bool all = run.step_count() > 0;
   for (int i = 0; i < run.step_count(); ++i) all &= run.step_state(i) == StepState::kSucceeded;
   if (all) return ForwardRound{ForwardRound::kAllSucceeded, -1};
@@ -97,7 +126,12 @@ class Branches {
   // the round's state allow.
   void Start() {
     std::vector<int> ready;
-    for (int i : ReadySteps(parents_, States(*run_))) {
+    auto candidates = Ready(*run_, parents_);
+    if (!candidates.ok()) {
+      Halt(candidates.status());
+      return;
+    }
+    for (int i : *candidates) {
       if (started_.count(i) == 0) ready.push_back(i);
     }
     if (ready.empty()) return;
@@ -210,11 +244,10 @@ class Branches {
 
 Result<ForwardRound> RunReadySteps(SagaRun* run, const StepDrivers& drivers) {
   std::map<int, StepEnd> ends;
-  if (FirstInState(*run, StepState::kFailed) >= 0 ||
-      FirstInState(*run, StepState::kNeedsAttention) >= 0) {
-    return Summarize(*run, ends, false, false);  // nothing starts
-  }
-  std::vector<int> ready = ReadySteps(Parents(run->spec()), States(*run));
+  // After a failure or a park only the due checks run (Ready).
+  auto candidates = Ready(*run, Parents(run->spec()));
+  if (!candidates.ok()) return candidates.status();
+  const std::vector<int>& ready = *candidates;
   if (ready.size() <= 1 || run->options().max_parallel_steps <= 1) {
     // One at a time: on this thread, exactly as a sequential saga runs.
     if (ready.empty()) return Summarize(*run, ends, false, false);

@@ -4,6 +4,11 @@
 // step graph lets them.
 //
 // One round (RunReadySteps):
+//   - the ready steps are those ReadySteps names, and the `processing`
+//     steps whose check is due (their status is asked once); a processing
+//     step whose check is not due is in flight: its dependants wait, the
+//     other branches run, and the round ends kProcessing once nothing else
+//     runs (the saga waits in awaiting_completion);
 //   - nothing starts once a step has failed or parked (this drive or a
 //     previous one), or while a control request is pending, or the engine is
 //     stopping: what is in flight finishes its protocol, then the round ends;
@@ -17,7 +22,10 @@
 //     flight starts the same way;
 //   - a branch that fails for certain halts the others' retries
 //     (SagaRun::HaltForward) and nothing new starts; the rollback begins
-//     once every branch has ended.
+//     once every branch has ended. A branch at its provider (processing)
+//     has not: the round ends kProcessing and the saga waits for its
+//     check (later drives start nothing new); once it settles, the
+//     rollback undoes it too if its provider finished it.
 //
 // The run's lock (SagaRun::branch_mutex) is held by whichever thread uses the
 // run; branches let it go only around calls to the outside world, so the
@@ -54,6 +62,7 @@ struct ForwardRound {
     kFailed,        ///< a step failed for certain: roll back
     kParked,        ///< a step needs a person
     kWaiting,       ///< a two-phase commit waits for an approval
+    kProcessing,    ///< a step waits for its provider (saga/completion.h)
     kMore,          ///< progress; more steps to run
   };
   End end = kMore;

@@ -31,6 +31,17 @@ Status RejectWaitingCommit(SagaRun* run, const ControlRequest& r) {
   return Status::Ok();
 }
 
+// A step is processing: its provider may still finish it, so the rollback
+// (or the pause) waits for its status to settle; it never assumes it did
+// not happen.
+bool WaitsForProvider(const SagaRun& run) {
+  if (run.state() == SagaState::kAwaitingCompletion) return true;
+  for (int i = 0; i < run.step_count(); ++i) {
+    if (run.step_state(i) == StepState::kProcessing) return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 std::string ControlReason(const ControlRequest& r) {
@@ -46,6 +57,11 @@ Result<std::optional<ControlOrder>> JudgeControl(SagaRun* run) {
   order.request = **pending;
   const ControlRequest& r = order.request;
   const SagaState state = run->state();
+  if (WaitsForProvider(*run) && r.kind != "resume") {
+    // A step's provider may still finish it: cancel and pause wait until
+    // its status settles (saga/completion.h), then apply.
+    return std::optional<ControlOrder>();
+  }
   const bool drivable = state == SagaState::kPending || state == SagaState::kRunning ||
                         state == SagaState::kPaused || state == SagaState::kOpen;
   bool apply = false;

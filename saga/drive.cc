@@ -144,6 +144,7 @@ Result<StepEnd> DriveStepOnce(SagaRun* run, int index) {
     }
     case StepState::kSubmitted:
     case StepState::kUnknown:
+    case StepState::kProcessing:  // its check is due (saga/completion.h)
       return run->SettleUncertain(&d);
     case StepState::kPreviewed:
     case StepState::kAwaitingApproval: {
@@ -213,6 +214,8 @@ Status RunNextCall(SagaRun* run, std::deque<SagaCommand>* queue) {
       return FireSaga(run, SagaEvent::kStepParked, queue);
     case StepEnd::kWaiting:
       return FireSaga(run, SagaEvent::kStepAwaitingApproval, queue);
+    case StepEnd::kProcessing:
+      return FireSaga(run, SagaEvent::kStepProcessing, queue);
     case StepEnd::kStale:
       break;  // DriveStep drives a stale commit again
   }
@@ -248,6 +251,8 @@ Status RunNextStep(SagaRun* run, std::deque<SagaCommand>* queue) {
     }
     case ForwardRound::kWaiting:
       return FireSaga(run, SagaEvent::kStepAwaitingApproval, queue);
+    case ForwardRound::kProcessing:
+      return FireSaga(run, SagaEvent::kStepProcessing, queue);
   }
   return Status::Internal("unreachable");
 }
@@ -265,6 +270,15 @@ Result<bool> TakeControl(SagaRun* run, std::deque<SagaCommand>* queue) {
   IDEM_RETURN_IF_ERROR(run->Flush());
   IDEM_RETURN_IF_ERROR(run->SettleControl((*order)->request.request_id));
   return true;
+}
+
+// A saga awaiting completion: a waiting step's check is due.
+Result<bool> DueCompletion(SagaRun* run) {
+  auto earliest = run->EarliestCheck();
+  if (!earliest.ok()) return earliest.status();
+  // A waiting saga without a check (none can be written without the other)
+  // is driven: its step's lookup says where it stands.
+  return !earliest->has_value() || **earliest <= run->clock()->NowMs();
 }
 
 // The drive's first commands, by the saga's state (none: nothing to drive).
@@ -293,6 +307,13 @@ Status FirstCommands(SagaRun* run, std::deque<SagaCommand>* queue) {
       if (!preview_commit::ApprovalSettled(*run, run->clock()->NowMs())) return Status::Ok();
       IDEM_RETURN_IF_ERROR(FireSaga(run, SagaEvent::kApprovalSettled, queue));
       break;
+    case SagaState::kAwaitingCompletion: {
+      // Go on once a waiting step's check is due; else nothing to do.
+      auto due = DueCompletion(run);
+      if (!due.ok()) return due.status();
+      if (*due) IDEM_RETURN_IF_ERROR(FireSaga(run, SagaEvent::kCompletionDue, queue));
+      break;
+    }
     case SagaState::kOpen: {
       // Nothing to drive until the next call, unless it idled past its timeout.
       auto idle = OpenIdleEvent(*run);

@@ -91,9 +91,12 @@ struct RecoveredSaga {
 const char* RecoveryOutcomeName(RecoveredSaga::Outcome outcome);
 
 struct RecoveryReport {
-  int resumed = 0;                    ///< moved by the drive (kMoved and kParked)
-  int parked = 0;                     ///< of those, left needs_attention here (kParked)
-  int skipped = 0;                    ///< driven by another worker (its lease holds)
+  int resumed = 0;  ///< moved by the drive (kMoved and kParked)
+  int parked = 0;   ///< of those, left needs_attention here (kParked)
+  int skipped = 0;  ///< driven by another worker (its lease holds)
+  /// Left awaiting completion (saga/completion.h): not due, or checked and
+  /// still waiting for the provider (kWaiting).
+  int waiting_completion = 0;
   std::vector<std::string> saga_ids;  ///< every saga driven (not skipped), in the order done
   std::vector<std::string> errors;    ///< sagas that could not be driven, with why (kFailed)
   std::vector<RecoveredSaga> sagas;   ///< per saga, in the order done (skipped ones too)
@@ -339,7 +342,7 @@ std::string StepKey(const std::string& saga_id, const std::string& step_id);
 bool NeedsDrive(const storage::SagaRecord& saga, int64_t now_ms);
 
 /// Appends to `list` the sagas that a pending control request moves: paused
-/// ones with any request, ones awaiting approval with a cancel. What
+/// and open ones with any request, ones awaiting approval with a cancel. What
 /// Recover, Work and the server's sweeper drive besides what NeedsDrive names.
 Status AddControlled(storage::Store* store, std::vector<storage::SagaSummary>* list);
 

@@ -60,7 +60,9 @@ namespace idem {
   X(Expired,            "expired")              /* the token expired; facts: re_preview */       \
   X(StaleRePreview,     "stale_re_preview")     /* the commit found the preview stale */       \
   X(Blocked,            "blocked")              /* the drive cannot go on (saga/park.h): a person */ \
-  X(GuardSatisfied,     "guard_satisfied")      /* the step's guard found the effect (saga/guard.h) */
+  X(GuardSatisfied,     "guard_satisfied")      /* the step's guard found the effect (saga/guard.h) */ \
+  X(Accepted,           "accepted")             /* the provider took the call, finishes later */ \
+  X(ResolvedPending,    "resolved_pending")     /* status lookup: pending (or failed to answer) */
 
 /// What the executor must do after a step transition.
 #define IDEM_STEP_COMMANDS(X)                                                                    \
@@ -72,7 +74,8 @@ namespace idem {
   X(ParkStep,          "park_step")           /* journal needs_attention with the reason */      \
   X(CallCompensation,  "call_compensation")   /* call the compensation with its own key */       \
   X(ScheduleUndoRetry, "schedule_undo_retry") /* back off, call the compensation again */        \
-  X(RecordUndone,      "record_undone")       /* journal the compensation and its effect */
+  X(RecordUndone,      "record_undone")       /* journal the compensation and its effect */ \
+  X(AwaitCompletion,   "await_completion")    /* journal `processing` and the next check */
 // clang-format on
 
 IDEM_DECLARE_ENUM(StepEvent, IDEM_STEP_EVENTS);
@@ -138,14 +141,16 @@ class StepMachine {
   X(Resumed,              "resumed")                /* a person resumed it; facts: rolling_back */ \
   X(CallAppended,         "call_appended")          /* an open saga took a call: drive it */     \
   X(CommitRequested,      "commit_requested")       /* the agent committed an open saga */       \
-  X(IdleTimedOut,         "idle_timed_out")         /* an open saga idled past its timeout; facts: park_on_idle */
+  X(IdleTimedOut,         "idle_timed_out")         /* an open saga idled past its timeout; facts: park_on_idle */ \
+  X(StepProcessing,       "step_processing")        /* a step waits for its provider to finish */ \
+  X(CompletionDue,        "completion_due")         /* a waiting step's next check is due */
 
 #define IDEM_SAGA_COMMANDS(X)                                                                    \
   X(RunNextStep,    "run_next_step")                                                             \
   X(UndoNextStep,   "undo_next_step")                                                            \
   X(RecordTerminal, "record_terminal")                                                           \
   X(RecordParked,   "record_parked")                                                             \
-  X(RecordWaiting,  "record_waiting")  /* commit awaiting_approval; the drive ends */
+  X(RecordWaiting,  "record_waiting")  /* commit the waiting state; the drive ends */
 // clang-format on
 
 IDEM_DECLARE_ENUM(SagaEvent, IDEM_SAGA_EVENTS);

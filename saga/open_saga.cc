@@ -10,6 +10,7 @@
 #include <string>
 #include <utility>
 
+#include "saga/completion.h"
 #include "saga/engine.h"
 #include "saga/limits.h"
 #include "saga/machines.h"
@@ -114,6 +115,13 @@ bool ValidCallId(const std::string& id) {
   return !id.empty() && id.size() <= kMaxCallIdBytes &&
          std::all_of(id.begin(), id.end(),
                      [](char c) { return static_cast<unsigned char>(c) > 0x20 && c != 0x7f; });
+}
+
+// An awaiting_completion saga whose waiting call's check is due (or has
+// none): the caller drives it, as the sweeper would (saga/completion.h).
+bool CompletionDue(storage::Store* store, const std::string& saga_id, int64_t now_ms) {
+  auto earliest = completion::EarliestCheck(store, saga_id);
+  return earliest.ok() && (!earliest->has_value() || **earliest <= now_ms);
 }
 
 // A step's state as a call's answer shows it.
@@ -535,7 +543,9 @@ Result<CallAnswer> Engine::Call(const std::string& saga_id, const CallRequest& r
     const bool unsettled =
         *state == SagaState::kRunning || *state == SagaState::kPending ||
         *state == SagaState::kCompensating ||
-        (*state == SagaState::kAwaitingApproval && NeedsDrive(*rec, options_.clock->NowMs()));
+        (*state == SagaState::kAwaitingApproval && NeedsDrive(*rec, options_.clock->NowMs())) ||
+        (*state == SagaState::kAwaitingCompletion &&
+         CompletionDue(store_, saga_id, options_.clock->NowMs()));
     if (unsettled) {
       // A drive left off (a crash, a decided approval): carry it on here.
       guard.Released();
@@ -554,6 +564,13 @@ Result<CallAnswer> Engine::Call(const std::string& saga_id, const CallRequest& r
       return known;
     }
     if (*state != SagaState::kOpen) {
+      if (*state == SagaState::kAwaitingCompletion) {
+        return Refuse(CallRefusal::kCallPending,
+                      "saga " + saga_id +
+                          " is awaiting_completion: an earlier call waits for its provider; it "
+                          "settles when its status says so",
+                      *rec);
+      }
       if (*state == SagaState::kAwaitingApproval || *state == SagaState::kNeedsAttention) {
         return Refuse(CallRefusal::kCallPending,
                       "saga " + saga_id + " is " + rec->summary.state +

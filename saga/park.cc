@@ -8,9 +8,9 @@
 namespace idem {
 namespace {
 
-constexpr ParkCode kAllCodes[] = {ParkCode::kMissingValue, ParkCode::kUnknownTool,
-                                  ParkCode::kInvalidSpec, ParkCode::kStoreError,
-                                  ParkCode::kGuardUnanswered};
+constexpr ParkCode kAllCodes[] = {ParkCode::kMissingValue,    ParkCode::kUnknownTool,
+                                  ParkCode::kInvalidSpec,     ParkCode::kStoreError,
+                                  ParkCode::kGuardUnanswered, ParkCode::kCompletionWindow};
 
 bool Contains(const std::string& text, const char* what) {
   return text.find(what) != std::string::npos;
@@ -26,6 +26,8 @@ std::vector<SagaEvent> ParkEvents(SagaState state) {
       return {SagaEvent::kStepParked};
     case SagaState::kAwaitingApproval:
       return {SagaEvent::kApprovalSettled, SagaEvent::kStepParked};
+    case SagaState::kAwaitingCompletion:
+      return {SagaEvent::kCompletionDue, SagaEvent::kStepParked};
     case SagaState::kCompensating:
       return {SagaEvent::kUndoParked};
     default:
@@ -69,6 +71,8 @@ const char* ParkCodeName(ParkCode code) {
       return "store_error";
     case ParkCode::kGuardUnanswered:
       return "guard_unanswered";
+    case ParkCode::kCompletionWindow:
+      return "completion_window";
   }
   return "?";
 }

@@ -45,10 +45,12 @@ enum class ParkCode {
   /// a step's guard (saga/guard.h) gave no answer within its retries: the
   /// write is not made blind
   kGuardUnanswered,
+  /// an accepted call did not finish within its tool's completion window
+  kCompletionWindow,
 };
 
 /// "missing_value", "unknown_tool", "invalid_spec", "store_error",
-/// "guard_unanswered".
+/// "guard_unanswered", "completion_window".
 const char* ParkCodeName(ParkCode code);
 
 /// `<code>: <message>`, the text a park's reason starts with.

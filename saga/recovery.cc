@@ -1,7 +1,7 @@
 // Engine::Recover: the recovery pool, and NeedsDrive, its predicate for one
 // saga (the server's sweeper asks it). Every saga that had not finished
 // (pending, running, compensating, or waiting for an approval that may have
-// been decided or expired), and every paused saga with a resume or cancel
+// been decided or expired), and every paused or open saga with a control
 // request pending, is claimed and driven, `concurrency` at a time.
 // A drive that throws parks its saga (Engine::RunLeased); anything else a
 // thread throws is reported in RecoveryReport::errors and the thread goes on.
@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "preview_commit/phase.h"
+#include "saga/completion.h"
 #include "saga/engine.h"
 #include "saga/states.h"
 
@@ -27,10 +28,13 @@ Status AddControlled(storage::Store* store, std::vector<storage::SagaSummary>* l
   for (const storage::ControlRequest& c : *controls) {
     auto rec = store->LoadSaga(c.saga_id);
     if (!rec.ok()) continue;
-    // A paused saga moves on any request (one that is moot is settled); one
-    // awaiting approval on a cancel (its commit is rejected).
+    // A paused or open saga moves on any request (one that is moot is
+    // settled): an open saga's cancel (`open rollback`) recorded while a
+    // process that then died held its lease is carried out here, not only
+    // when someone asks again. One awaiting approval moves on a cancel (its
+    // commit is rejected).
     const std::string& state = rec->summary.state;
-    if (state == SagaStateName(SagaState::kPaused) ||
+    if (state == SagaStateName(SagaState::kPaused) || state == SagaStateName(SagaState::kOpen) ||
         (state == SagaStateName(SagaState::kAwaitingApproval) && c.kind == "cancel")) {
       list->push_back(rec->summary);
     }
@@ -42,7 +46,8 @@ Result<RecoveryReport> Engine::Recover(int concurrency) {
   storage::SagaFilter filter;
   filter.states = {SagaStateName(SagaState::kPending), SagaStateName(SagaState::kRunning),
                    SagaStateName(SagaState::kCompensating),
-                   SagaStateName(SagaState::kAwaitingApproval)};
+                   SagaStateName(SagaState::kAwaitingApproval),
+                   SagaStateName(SagaState::kAwaitingCompletion)};
   filter.limit = 1'000'000;
   auto list = store_->ListSagas(filter);
   if (!list.ok()) return list.status();
@@ -53,7 +58,21 @@ Result<RecoveryReport> Engine::Recover(int concurrency) {
   RecoveryReport report;
   std::mutex mu;
   std::atomic<size_t> next{0};
+  const int64_t now = options_.clock->NowMs();
   auto recover_one = [&](const std::string& id, const std::string& before) {
+    if (before == SagaStateName(SagaState::kAwaitingCompletion)) {
+      // Waiting for a provider: driven only once a check is due
+      // (saga/completion.h); before that it is reported waiting, untouched.
+      auto earliest = completion::EarliestCheck(store_, id);
+      if (earliest.ok() && earliest->has_value() && **earliest > now) {
+        std::lock_guard<std::mutex> lock(mu);
+        report.sagas.push_back(
+            {id, RecoveredSaga::Outcome::kWaiting, before,
+             "waiting for its provider; next check at " + std::to_string(**earliest) + " ms"});
+        ++report.waiting_completion;
+        return;
+      }
+    }
     // Listed as unfinished: claimed at once, without Run's read first
     // (which spares finished sagas a lease when called again).
     auto r = Drive(id);
@@ -87,6 +106,9 @@ Result<RecoveryReport> Engine::Recover(int concurrency) {
       one.outcome = RecoveredSaga::Outcome::kFailed;
     } else if (one.state == before && before == SagaStateName(SagaState::kAwaitingApproval)) {
       one.outcome = RecoveredSaga::Outcome::kWaiting;
+    } else if (one.state == SagaStateName(SagaState::kAwaitingCompletion)) {
+      one.outcome = RecoveredSaga::Outcome::kWaiting;  // checked; still waits for its provider
+      ++report.waiting_completion;
     } else {
       ++report.resumed;
     }

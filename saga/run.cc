@@ -4,6 +4,7 @@
 #include <functional>
 
 #include "preview_commit/phase.h"
+#include "saga/completion.h"
 #include "saga/park.h"
 #include "saga/step_key.h"
 
@@ -77,6 +78,28 @@ Status SagaRun::CheckLease() const {
   return Status::Ok();
 }
 
+Result<std::optional<int64_t>> SagaRun::EarliestCheck() const {
+  return completion::EarliestCheck(store_, rec_.summary.saga_id);
+}
+
+Result<std::vector<int>> SagaRun::DueProcessingSteps() const {
+  std::vector<int> out;
+  bool any = false;
+  for (int i = 0; i < step_count() && !any; ++i) any = step_state(i) == StepState::kProcessing;
+  if (!any) return out;
+  auto checks = store_->ListStepChecks(rec_.summary.saga_id);
+  if (!checks.ok()) return checks.status();
+  const int64_t now = options_.clock->NowMs();
+  for (int i = 0; i < step_count(); ++i) {
+    if (step_state(i) != StepState::kProcessing) continue;
+    auto c = std::find_if(checks->begin(), checks->end(), [&](const storage::StepCheck& k) {
+      return k.step_id == rec_.steps[i].step_id;
+    });
+    if (c == checks->end() || c->next_check_ms <= now) out.push_back(i);
+  }
+  return out;
+}
+
 // ---- journal
 
 SagaRun::Durable SagaRun::OutcomeDurability(const ToolInfo& info, int attempt) {
@@ -127,6 +150,24 @@ void SagaRun::Stage(WriteBatch batch) {
   }
   for (JournalEntry& e : batch.journal) staged_.journal.push_back(std::move(e));
   for (storage::EffectRecord& e : batch.effects) staged_.effects.push_back(std::move(e));
+  // A step's check: the last staged write of it wins (kept or removed).
+  auto drop = [](auto* list, const std::string& step_id, auto id_of) {
+    list->erase(std::remove_if(list->begin(), list->end(),
+                               [&](const auto& x) { return id_of(x) == step_id; }),
+                list->end());
+  };
+  auto check_id = [](const storage::StepCheck& c) { return c.step_id; };
+  auto done_id = [](const std::string& id) { return id; };
+  for (storage::StepCheck& c : batch.checks) {
+    drop(&staged_.checks, c.step_id, check_id);
+    drop(&staged_.checks_done, c.step_id, done_id);
+    staged_.checks.push_back(std::move(c));
+  }
+  for (std::string& id : batch.checks_done) {
+    drop(&staged_.checks, id, check_id);
+    drop(&staged_.checks_done, id, done_id);
+    staged_.checks_done.push_back(std::move(id));
+  }
   staged_.release_lease |= batch.release_lease;
   if (!batch.consume_token.empty()) {
     // One token per batch; every batch that spends one is flushed at once.
@@ -166,6 +207,14 @@ WriteBatch SagaRun::StepBatch(const StepDrive& d) {
   step_states_[d.index] = d.state();
   WriteBatch b;
   b.steps.push_back(std::move(copy));
+  if (d.check) {
+    // A waiting step's check goes with its row; once it stops waiting, away.
+    if (d.state() == StepState::kProcessing) {
+      b.checks.push_back(*d.check);
+    } else {
+      b.checks_done.push_back(d.st.step_id);
+    }
+  }
   return b;
 }
 
@@ -227,7 +276,7 @@ Status SagaRun::CommitSagaState(SagaState next, const std::string& reason, Journ
 Status SagaRun::ParkAfterFault(const std::string& reason, bool rewind) {
   if (rewind) state_ = durable_state_;
   if (released_ || IsTerminal(state_) || state_ == SagaState::kNeedsAttention ||
-      state_ == SagaState::kAwaitingApproval) {
+      state_ == SagaState::kAwaitingApproval || state_ == SagaState::kAwaitingCompletion) {
     return Status::Ok();  // the drive had ended: nothing to park
   }
   // Through the saga machine like any park: a step (or an undo) needs a person.
@@ -255,6 +304,13 @@ Result<StepDrive> SagaRun::BeginStep(int index, bool rolling_back) {
   d.rolling_back = rolling_back;
   d.inherited =
       taken_over_ && (d.state() == StepState::kSubmitted || d.state() == StepState::kUnknown);
+  if (d.state() == StepState::kProcessing) {
+    auto checks = store_->ListStepChecks(rec_.summary.saga_id);
+    if (!checks.ok()) return checks.status();
+    for (const storage::StepCheck& c : *checks) {
+      if (c.step_id == d.st.step_id) d.check = c;
+    }
+  }
   return d;
 }
 
@@ -311,6 +367,11 @@ Result<StepEnd> SagaRun::SettleUncertain(StepDrive* d) {
       d->outcome = ToolOutcome::Unknown("recovered: outcome unknown");
       d->queue.push_back(StepCommand::kResolveOutcome);
       break;
+    case StepState::kProcessing:
+      // Waiting for the provider: its check is due (saga/completion.h).
+      d->outcome = ToolOutcome::Accepted(d->st.external_ref);
+      d->queue.push_back(StepCommand::kResolveOutcome);
+      break;
     default:
       return Status::Internal(std::string("step ") + d->st.step_id + " is " +
                               StepStateName(d->state()) + ", not uncertain");
@@ -343,6 +404,7 @@ StepFacts SagaRun::ClassifyFailure(const StepDrive& d, const ToolOutcome& outcom
 // An unknown outcome: status lookup, else a same-key retry where the tool
 // honours keys, else a person. Never a fresh call.
 StepEvent SagaRun::ResolveUnknown(StepDrive* d) {
+  if (d->state() == StepState::kProcessing) return CheckCompletion(d);
   const ToolInfo& info = d->tool->info();
   StepRecord* st = &d->st;
   ToolOutcome* out = &d->outcome;
@@ -360,28 +422,18 @@ StepEvent SagaRun::ResolveUnknown(StepDrive* d) {
         out->error = "resolved_by_status";
         return StepEvent::kResolvedApplied;
       }
-      if (look.kind == LookupKind::kNotApplied && d->inherited && !info.honours_keys) {
-        // Another worker submitted this step and lost its lease; it may be
-        // frozen with its call still on the way. The provider does not
-        // deduplicate keys, so "not applied yet" is no proof: a resend could
-        // book twice. A person decides (resolve --decision retry/...).
-        st->error = "taken over from a worker whose call to " + info.name +
-                    " may still land, and the tool does not deduplicate keys: check key " + d->key;
-        return StepEvent::kUnresolvable;
+      if (look.kind == LookupKind::kPending && !d->rolling_back) {
+        // The provider holds the key and has not finished: wait for it.
+        *out = ToolOutcome::Accepted(look.external_ref, look.check_after_ms);
+        return StepEvent::kResolvedPending;
       }
-      if (look.kind == LookupKind::kNotApplied) {
-        // The provider says the key never took effect, so a same-key resend
-        // cannot duplicate it. Attempts burnt by crashes between `submitted`
-        // and the call must not end the saga: allow resends up to a hard cap.
-        bool resend_ok = attempts_left || st->attempt < kMaxConfirmedAbsentAttempts;
-        if (!d->rolling_back && !forward_halted_ && resend_ok) {
-          out->error = kNotAppliedByLookup;  // the resend's `submitted` says so
-          return StepEvent::kResolvedRetry;
-        }
-        st->error = "status lookup: key " + d->key + " was not applied";
+      if (look.kind == LookupKind::kFailed) {
+        st->error = "status lookup: the provider failed key " + d->key +
+                    (look.error.empty() ? "" : ": " + look.error);
         return StepEvent::kResolvedNotApplied;
       }
-      last_error = look.error;
+      if (look.kind == LookupKind::kNotApplied) return NotApplied(d, attempts_left);
+      last_error = look.kind == LookupKind::kPending ? "pending during a rollback" : look.error;
       if (n < options_.lookup_attempts) {
         const int64_t wait = options_.lookup_backoff.BackoffMs(n + 1, rng_);
         OutsideCall outside(this);
@@ -402,6 +454,72 @@ StepEvent SagaRun::ResolveUnknown(StepDrive* d) {
               " has neither a status lookup nor idempotency keys: a person must check key " +
               d->key;
   return StepEvent::kUnresolvable;
+}
+
+StepEvent SagaRun::NotApplied(StepDrive* d, bool attempts_left) {
+  const ToolInfo& info = d->tool->info();
+  StepRecord* st = &d->st;
+  if (d->inherited && !info.honours_keys) {
+    // Another worker submitted this step and lost its lease; it may be
+    // frozen with its call still on the way. The provider does not
+    // deduplicate keys, so "not applied yet" is no proof: a resend could
+    // book twice. A person decides (resolve --decision retry/...).
+    st->error = "taken over from a worker whose call to " + info.name +
+                " may still land, and the tool does not deduplicate keys: check key " + d->key;
+    return StepEvent::kUnresolvable;
+  }
+  // The provider says the key never took effect, so a same-key resend
+  // cannot duplicate it. Attempts burnt by crashes between `submitted`
+  // and the call must not end the saga: allow resends up to a hard cap.
+  bool resend_ok = attempts_left || st->attempt < kMaxConfirmedAbsentAttempts;
+  if (!d->rolling_back && !forward_halted_ && resend_ok) {
+    d->outcome.error = kNotAppliedByLookup;  // the resend's `submitted` says so
+    return StepEvent::kResolvedRetry;
+  }
+  st->error = "status lookup: key " + d->key + " was not applied";
+  return StepEvent::kResolvedNotApplied;
+}
+
+// A processing step's check: one lookup; the saga waits again on pending or
+// a lookup error, until the window's end.
+StepEvent SagaRun::CheckCompletion(StepDrive* d) {
+  StepRecord* st = &d->st;
+  ToolOutcome* out = &d->outcome;
+  const ToolInfo& info = d->tool->info();
+  const int64_t now = options_.clock->NowMs();
+  IDEM_FAILPOINT("completion.before_lookup");
+  LookupOutcome look;
+  {
+    OutsideCall outside(this);
+    look = d->tool->Lookup(d->key);
+  }
+  IDEM_FAILPOINT("completion.after_lookup");
+  switch (look.kind) {
+    case LookupKind::kApplied:
+      *out = ToolOutcome::Succeeded(look.result, look.external_ref);
+      out->error = "resolved_by_status";
+      return StepEvent::kResolvedApplied;
+    case LookupKind::kFailed:
+      st->error = "the provider of " + info.name + " failed key " + d->key +
+                  (look.error.empty() ? "" : ": " + look.error);
+      return StepEvent::kResolvedNotApplied;
+    case LookupKind::kNotApplied:
+      return NotApplied(d, st->attempt < std::max(d->spec->retry.max_attempts, 2));
+    case LookupKind::kPending:
+    case LookupKind::kError:
+      break;
+  }
+  const std::string answer =
+      look.kind == LookupKind::kPending ? "pending" : "lookup error: " + look.error;
+  if (d->check && completion::PastWindow(*d->check, now)) {
+    st->error = BlockedReason(ParkCode::kCompletionWindow,
+                              completion::WindowReason(info.name, d->key, *d->check, answer));
+    return StepEvent::kBlocked;
+  }
+  *out = ToolOutcome::Accepted(look.external_ref.empty() ? st->external_ref : look.external_ref,
+                               look.kind == LookupKind::kPending ? look.check_after_ms : 0);
+  out->error = answer;
+  return StepEvent::kResolvedPending;
 }
 
 Result<StepEnd> SagaRun::RunCommands(StepDrive* d) {
@@ -444,6 +562,14 @@ Result<StepEnd> SagaRun::RunCommands(StepDrive* d) {
             st.error = outcome.error;
             IDEM_RETURN_IF_ERROR(d->Fire(StepEvent::kFailed, ClassifyFailure(*d, outcome)));
             break;
+          case OutcomeKind::kAccepted:
+            if (d->tool->info().has_status && !d->rolling_back) {
+              IDEM_RETURN_IF_ERROR(d->Fire(StepEvent::kAccepted));
+              break;
+            }
+            // Nothing to ask how it ends: as uncertain as a lost answer.
+            outcome = ToolOutcome::Unknown("accepted by a tool without a status lookup");
+            [[fallthrough]];
           case OutcomeKind::kUnknown:
             st.error = outcome.error;
             IDEM_RETURN_IF_ERROR(d->Fire(StepEvent::kOutcomeUnknown));
@@ -498,6 +624,25 @@ Result<StepEnd> SagaRun::RunCommands(StepDrive* d) {
             CommitStep(*d, "failed", {{"attempt", st.attempt}, {"error", st.error}}));
         IDEM_FAILPOINT("step.after_outcome");
         return StepEnd::kFailed;
+      }
+      case StepCommand::kAwaitCompletion: {
+        // Wait for the provider: the next check is stored with the step,
+        // and the saga waits with nothing held (saga/completion.h).
+        const int64_t now = options_.clock->NowMs();
+        d->check = completion::NextCheck(d->tool->info().completion, d->check, st.step_id, now,
+                                         outcome.check_after_ms, &rng_);
+        if (!outcome.external_ref.empty()) st.external_ref = outcome.external_ref;
+        st.error.clear();
+        Json data = {{"attempt", st.attempt},
+                     {"next_check_ms", d->check->next_check_ms},
+                     {"deadline_ms", d->check->deadline_ms},
+                     {"checks", d->check->checks}};
+        if (!st.external_ref.empty()) data["provider_ref"] = st.external_ref;
+        if (!outcome.error.empty()) data["last_answer"] = outcome.error;
+        // Staged: the saga's wait is written with it, in one transaction. A
+        // crash before leaves `submitted`, which a status lookup settles.
+        IDEM_RETURN_IF_ERROR(CommitStep(*d, "processing", data, {}, Durable::kWithNextFlush));
+        return StepEnd::kProcessing;
       }
       case StepCommand::kParkStep: {
         IDEM_RETURN_IF_ERROR(CommitStep(*d, "needs_attention", ParkEntryData(st.error)));

@@ -60,9 +60,10 @@ struct LoadedSaga {
 enum class StepEnd {
   kSucceeded,
   kFailed,
-  kParked,   ///< needs_attention
-  kWaiting,  ///< a two-phase commit waits for a person
-  kStale,    ///< a two-phase commit found its preview stale: drive it again
+  kParked,      ///< needs_attention
+  kWaiting,     ///< a two-phase commit waits for a person
+  kStale,       ///< a two-phase commit found its preview stale: drive it again
+  kProcessing,  ///< the provider finishes later: the saga waits (saga/completion.h)
 };
 
 /// One step being driven: the working copy of its row, its machine and the
@@ -89,6 +90,9 @@ struct StepDrive {
   /// alive (SagaRun::MarkTakenOver), not by this drive.
   bool inherited = false;
   bool rolling_back = false;
+  /// The step's check while it waits for its provider (processing), as
+  /// stored; written with the step's batches (removed once it stops waiting).
+  std::optional<storage::StepCheck> check;
 
   StepState state() const { return m.state(); }
   /// Moves the machine on `e` in the situation `facts` and queues the
@@ -128,6 +132,12 @@ class SagaRun {
   /// For a resume: whether the saga was rolling back when it was paused
   /// (the journal's last `saga_paused` entry says where it came from).
   Result<bool> PausedWhileRollingBack() const;
+  /// The earliest next check of the saga's steps that wait for their
+  /// provider (saga/completion.h); nullopt when none waits.
+  Result<std::optional<int64_t>> EarliestCheck() const;
+  /// The indices of the `processing` steps whose check is due now (or that
+  /// have none: their lookup says where they stand), in index order.
+  Result<std::vector<int>> DueProcessingSteps() const;
   /// Before any call to the outside world: kAborted once the lease is lost.
   Status CheckLease() const;
   /// True when the engine is asked to stop between steps.
@@ -268,6 +278,11 @@ class SagaRun {
   storage::WriteBatch StepBatch(const StepDrive& d);
   StepFacts ClassifyFailure(const StepDrive& d, const ToolOutcome& outcome);
   StepEvent ResolveUnknown(StepDrive* d);
+  /// A processing step's check (saga/completion.h): one status lookup.
+  StepEvent CheckCompletion(StepDrive* d);
+  /// The step's not-applied answer: a same-key resend where the rules allow
+  /// it, else a final failure (or a person, for a taken-over call).
+  StepEvent NotApplied(StepDrive* d, bool attempts_left);
 
   storage::Store* store_;
   const ToolRegistry* tools_;

@@ -68,6 +68,8 @@ struct SagaMachineDef : MachineBase<SagaMachineDef, SagaState, SagaCommand> {
   Row < Running          , ev::CancelRequested     , Compensating    , UndoNextStep  , none                  >,
   Row < Running          , ev::StepAwaitingApproval, AwaitingApproval, RecordWaiting , none                  >,
   Row < AwaitingApproval , ev::ApprovalSettled     , Running         , RunNextStep   , none                  >,
+  Row < Running          , ev::StepProcessing      , AwaitingCompletion, RecordWaiting, none                  >,
+  Row < AwaitingCompletion, ev::CompletionDue      , Running         , RunNextStep   , none                  >,
   // ---- rollback
   //    +----------------+-------------------------+-----------------+---------------+-----------------------+
   Row < Compensating     , ev::UndoCompleted       , Compensating    , UndoNextStep  , HasMoreSteps          >,

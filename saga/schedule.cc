@@ -105,6 +105,8 @@ std::vector<int> ReadySteps(const std::vector<std::vector<int>>& parents,
       case StepState::kSubmitted:
       case StepState::kUnknown:
         break;
+      case StepState::kProcessing:
+        continue;  // in flight at its provider: driven when its check is due
       default:
         continue;  // ended, parked or rolling back
     }

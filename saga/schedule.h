@@ -46,7 +46,10 @@ Result<StepGraph> ParseStepGraph(const Json& steps, const std::map<std::string, 
 
 /// The steps that may be driven forward now, in index order: not ended
 /// (planned, previewed, awaiting approval, or uncertain after a crash:
-/// submitted, unknown) with every parent succeeded.
+/// submitted, unknown) with every parent succeeded. A `processing` step is
+/// in flight at its provider (saga/completion.h): not ready and not
+/// settled, so its dependants wait; the forward driver drives it again only
+/// when its check is due (saga/branches.h).
 std::vector<int> ReadySteps(const std::vector<std::vector<int>>& parents,
                             const std::vector<StepState>& states);
 

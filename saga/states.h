@@ -18,6 +18,7 @@ namespace idem {
   X(Pending,           "pending")            \
   X(Running,           "running")            \
   X(AwaitingApproval,  "awaiting_approval")  \
+  X(AwaitingCompletion, "awaiting_completion") \
   X(Succeeded,         "succeeded")          \
   X(Compensating,      "compensating")       \
   X(Compensated,       "compensated")        \
@@ -33,6 +34,7 @@ namespace idem {
   X(AwaitingApproval,    "awaiting_approval")    \
   X(Submitted,           "submitted")            \
   X(Unknown,             "unknown")              \
+  X(Processing,          "processing")           \
   X(Succeeded,           "succeeded")            \
   X(Failed,              "failed")               \
   X(Compensating,        "compensating")         \

@@ -172,10 +172,10 @@ Status CheckStepKeys(const SagaSpec& spec, const Json& input) {
   return Status::Ok();
 }
 
-int64_t CompletionWindowMs(const ToolInfo&) {
-  // Hook: a tool's asynchronous completion window (issue 13) joins the sum
-  // here once tools declare one.
-  return 0;
+int64_t CompletionWindowMs(const ToolInfo& tool) {
+  // An accepted call is asked about by its key until the window's end
+  // (saga/completion.h); a resend after "not applied" reuses the key then.
+  return tool.completion.accepts ? tool.completion.window_ms : 0;
 }
 
 std::vector<KeyWait> MaxWaitBeforeKeyReuse(const StepSpec& step, const ToolInfo& tool,

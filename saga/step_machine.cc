@@ -7,6 +7,8 @@
 // clang-format off
 #include "saga/msm_config.h"  // first: the one MSM configuration, before any Boost header
 // clang-format on
+#include <boost/mpl/joint_view.hpp>
+
 #include "saga/machines.h"
 
 namespace idem {
@@ -37,6 +39,7 @@ using ParkStep = Emit<StepCommand::kParkStep>;
 using CallCompensation = Emit<StepCommand::kCallCompensation>;
 using ScheduleUndoRetry = Emit<StepCommand::kScheduleUndoRetry>;
 using RecordUndone = Emit<StepCommand::kRecordUndone>;
+using AwaitCompletion = Emit<StepCommand::kAwaitCompletion>;
 
 // ---- guards: predicates of the facts the event carries
 using RetryAllowed = Holds<&StepFacts::retry_allowed>;
@@ -48,7 +51,7 @@ struct StepMachineDef : MachineBase<StepMachineDef, StepState, StepCommand> {
   using Row = msmf::Row<Start, Event, Target, Action, Guard>;
 
   // clang-format off
-  struct transition_table : mpl::vector<
+  struct base_rows : mpl::vector<
   //     Start             , Event                 , Target            , Action           , Guard
   //    +------------------+-----------------------+-------------------+------------------+--------------------------+
   IDEM_STEP_STATES(IDEM_MSM_RESTORE_ROW)  // Restoring --Restore{s}--> s, one row per state
@@ -100,7 +103,22 @@ struct StepMachineDef : MachineBase<StepMachineDef, StepState, StepCommand> {
   //    +------------------+-----------------------+-------------------+------------------+--------------------------+
   Row < Planned            , ev::GuardSatisfied    , Succeeded         , none             , none                     >
   > {};
+  // MPL vectors hold at most 50 rows: further groups are tables of their own,
+  // joined below.
+  struct completion_rows : mpl::vector<
+  // ---- asynchronous completion: the provider finishes later (saga/completion.h)
+  //    +------------------+-----------------------+-------------------+------------------+--------------------------+
+  Row < Submitted          , ev::Accepted          , Processing        , AwaitCompletion  , none                     >,
+  Row < Unknown            , ev::ResolvedPending   , Processing        , AwaitCompletion  , none                     >,
+  Row < Processing         , ev::ResolvedPending   , Processing        , AwaitCompletion  , none                     >,
+  Row < Processing         , ev::ResolvedApplied   , Succeeded         , RecordSucceeded  , none                     >,
+  Row < Processing         , ev::ResolvedRetry     , Submitted         , ScheduleRetry    , none                     >,
+  Row < Processing         , ev::ResolvedNotApplied, Failed            , RecordFailed     , none                     >,
+  Row < Processing         , ev::Unresolvable      , NeedsAttention    , ParkStep         , none                     >,
+  Row < Processing         , ev::Blocked           , NeedsAttention    , ParkStep         , none                     >
+  > {};
   // clang-format on
+  using transition_table = mpl::joint_view<base_rows, completion_rows>;
 };
 
 using StepFsm = msm::back::state_machine<StepMachineDef>;

@@ -7,7 +7,9 @@
 # "ca_file") with Idempotency-Key headers, an agent submits the trip over the
 # REST API of `idem serve --tls-cert/--tls-key` (and retries it), a person
 # approves the payment over HTTPS, and the providers' ledger shows one effect
-# per step.
+# per step. Part 4 books a trip with a slow provider (an airport transfer
+# confirmed seconds later): the saga waits in awaiting_completion, then the
+# server's status check finishes it.
 # Usage: scripts/demo-server.sh [BUILD_DIR]
 set -euo pipefail
 BUILD=${1:-build}
@@ -91,8 +93,30 @@ echo "tokens stored hashed in auth.json; agent-1 may submit, maria may approve"
 API="https://127.0.0.1:$SPORT/v1"
 AGENT=(--cacert "$CA" -H "Authorization: Bearer $AGENT_TOKEN" -H "Content-Type: application/json")
 APPROVER=(--cacert "$CA" -H "Authorization: Bearer $APPROVER_TOKEN" -H "Content-Type: application/json")
-BODY=$(python3 -c 'import json,sys; print(json.dumps({"spec": json.load(open(sys.argv[1])), "input": json.load(open(sys.argv[2]))}))' \
-  "$ROOT/examples/travel_booking/trip.json" "$ROOT/examples/travel_booking/input.json")
+# The POST /v1/sagas body for a spec of the travel example and its input.
+body_of() {
+  python3 -c 'import json,sys; print(json.dumps({"spec": json.load(open(sys.argv[1])), "input": json.load(open(sys.argv[2]))}))' \
+    "$ROOT/examples/travel_booking/$1" "$ROOT/examples/travel_booking/input.json"
+}
+state_of() {  # SAGA
+  curl -sS "$API/sagas/$1" "${AGENT[@]}" | python3 -c 'import json,sys; print(json.load(sys.stdin)["state"])'
+}
+wait_state() {  # SAGA STATE PAUSE: up to 100 polls
+  for _ in $(seq 1 100); do
+    STATE=$(state_of "$1")
+    [ "$STATE" = "$2" ] && return 0
+    sleep "$3"
+  done
+}
+show_saga() {  # SAGA: its state and steps
+  curl -sS "$API/sagas/$1" "${AGENT[@]}" | python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+print("state:", d["state"])
+for s in d["steps"]:
+    print("  %-16s %-12s %s" % (s["id"], s["state"], s.get("external_ref", "")))'
+}
+BODY=$(body_of trip.json)
 
 bold "== 1. The agent submits the trip =="
 say "curl -X POST $API/sagas -H 'Idempotency-Key: ana-tokyo' -d '{\"spec\": <trip.json>, \"input\": <input.json>}'"
@@ -105,11 +129,7 @@ say "the same key with another body"
 curl -sS -X POST "$API/sagas" "${AGENT[@]}" -H "Idempotency-Key: ana-tokyo" -d "${BODY/Ana/Bob}" -w "\nHTTP %{http_code}\n"
 
 bold "== 2. The payment waits for a person =="
-for _ in $(seq 1 100); do
-  STATE=$(curl -sS "$API/sagas/$SAGA" "${AGENT[@]}" | python3 -c 'import json,sys; print(json.load(sys.stdin)["state"])')
-  [ "$STATE" = "awaiting_approval" ] && break
-  sleep 0.1
-done
+wait_state "$SAGA" awaiting_approval 0.1
 echo "saga state: $STATE"
 say "curl $API/approvals   # as maria"
 curl -sS "$API/approvals" "${APPROVER[@]}" -o "$WORK/approvals.json"
@@ -131,13 +151,22 @@ python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print("saga state:"
 
 bold "== 3. What the providers did =="
 say "curl $API/sagas/$SAGA"
-curl -sS "$API/sagas/$SAGA" "${AGENT[@]}" | python3 -c '
-import json, sys
-d = json.load(sys.stdin)
-print("state:", d["state"])
-for s in d["steps"]:
-    print("  %-16s %-12s %s" % (s["id"], s["state"], s.get("external_ref", "")))'
+show_saga "$SAGA"
 say "travel-ledger ledger.sqlite --check"
 "$LEDGER" "$WORK/ledger.sqlite" --check
+bold "== 4. A provider that finishes later (trip_async.json: an airport transfer) =="
+ABODY=$(body_of trip_async.json)
+say "curl -X POST $API/sagas -H 'Idempotency-Key: ana-transfer' -d '{\"spec\": <trip_async.json>, ...}'"
+ASAGA=$(curl -sS -X POST "$API/sagas" "${AGENT[@]}" -H "Idempotency-Key: ana-transfer" -d "$ABODY" |
+  python3 -c 'import json,sys; print(json.load(sys.stdin)["saga_id"])')
+sleep 1
+echo "the transfer provider took the call (202, a job id, Retry-After); nothing is held while it works:"
+show_saga "$ASAGA"
+wait_state "$ASAGA" succeeded 0.2
+echo "a few seconds later the server's status check sees it confirmed, and the payment runs:"
+show_saga "$ASAGA"
+say "travel-ledger ledger.sqlite --check"
+"$LEDGER" "$WORK/ledger.sqlite" --check
+
 say "curl --cacert ca.pem https://127.0.0.1:$SPORT/metrics | grep idem_sagas"
 curl -sS --cacert "$CA" "https://127.0.0.1:$SPORT/metrics" | grep -E "^idem_sagas" | head -12 || true

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "saga/completion.h"
 #include "saga/states.h"
 
 namespace idem::server {
@@ -97,6 +98,7 @@ void DriverPool::SweepOnce() {
   (void)AddControlled(store_, &*list);                // moved by a control request (after those)
   (void)AddIdleDue(store_, clock_->NowMs(), &*list);  // open sagas past their idle timeout
   int64_t now = clock_->NowMs();
+  (void)completion::AddDue(store_, now, &*list);  // a provider check is due (saga/completion.h)
   for (auto it = list->begin(); it != list->end(); ++it) {
     const bool controlled = static_cast<size_t>(it - list->begin()) >= listed;
     storage::SagaRecord rec;

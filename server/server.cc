@@ -182,6 +182,10 @@ Server::~Server() { Stop(); }
 
 int Server::port() const { return impl_->http->port(); }
 
+std::function<void(const storage::JournalEntry&)> Server::journal_observer() const {
+  return impl_->engine->options().observer;
+}
+
 Status Server::Start() {
   Impl& s = *impl_;
   if (s.started) return Status::FailedPrecondition("server: already started");

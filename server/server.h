@@ -54,6 +54,7 @@
 // from its own threads. Not copyable.
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -174,6 +175,9 @@ class Server {
   Status Start();
   /// The bound port (after Start).
   int port() const;
+  /// What the server's engine tells of each journal entry (metrics, logs,
+  /// waiters): for jobs beside it that write entries (the drift job).
+  std::function<void(const storage::JournalEntry&)> journal_observer() const;
   /// Graceful: stops accepting, lets running steps finish (sagas are left
   /// between steps for the next start), joins every thread. Idempotent.
   void Stop();

@@ -220,6 +220,10 @@ constexpr Statement kReleaseKey = {
     "release_key",
     "DELETE FROM idempotency WHERE scope = $1 AND key = $2 AND claim_token = $3"
     " AND state = 'in_flight' RETURNING txid_current()"};
+constexpr Statement kRenewKey = {
+    "renew_key",
+    "UPDATE idempotency SET claimed_ms = $4 WHERE scope = $1 AND key = $2"
+    " AND claim_token = $3 AND state = 'in_flight' RETURNING txid_current()"};
 constexpr Statement kPurgeKeys = {
     "purge_keys",
     "DELETE FROM idempotency WHERE state = 'done' AND created_ms <= $1"
@@ -249,6 +253,20 @@ constexpr Statement kInsertControl = {
     "insert_control",
     "INSERT INTO saga_controls (saga_id, request_id, kind, requested_by, reason, requested_ms)"
     " VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (saga_id) DO NOTHING RETURNING txid_current()"};
+// Asynchronous completion (migration 11): a waiting step's check, written
+// with its batch.
+constexpr Statement kUpsertCheck = {
+    "upsert_check",
+    "INSERT INTO step_checks (saga_id, step_id, next_check_ms, deadline_ms, checks, since_ms)"
+    " VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (saga_id, step_id) DO UPDATE SET"
+    " next_check_ms = excluded.next_check_ms, deadline_ms = excluded.deadline_ms,"
+    " checks = excluded.checks, since_ms = excluded.since_ms"};
+constexpr Statement kDeleteCheck = {"delete_check",
+                                    "DELETE FROM step_checks WHERE saga_id = $1 AND step_id = $2"};
+constexpr Statement kInsertDrift = {
+    "insert_drift",
+    "INSERT INTO drift_findings (kind, tool, key, saga_id, step_id, detail, found_ms)"
+    " VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT DO NOTHING RETURNING txid_current()"};
 #define IDEM_PG_CONTROL_COLUMNS \
   "SELECT saga_id, request_id, kind, requested_by, reason, requested_ms FROM saga_controls"
 constexpr Statement kLockControl = {"lock_control",
@@ -294,6 +312,7 @@ constexpr std::array kWriteStatements = {
     kReclaimKey,
     kCompleteKey,
     kReleaseKey,
+    kRenewKey,
     kPurgeKeys,
     kInsertSpec,
     kSelectSpec,
@@ -306,6 +325,9 @@ constexpr std::array kWriteStatements = {
     kSetSpecShared,
     kUpdateSpec,
     kInsertOpenCall,
+    kUpsertCheck,
+    kDeleteCheck,
+    kInsertDrift,
 };
 
 // ---- Errors -----------------------------------------------------------------
@@ -564,6 +586,13 @@ class Reply {
 
 /// One server session with its prepared statements. Notices go nowhere: what
 /// matters reaches the caller as a Status.
+// Which run of the server a connection talks to: the postmaster's start, and
+// the shared statistics' last reset, which crash recovery does (also after
+// one backend crashed and the postmaster stayed up). See ResolveCommit.
+constexpr const char* kServerRunSql =
+    "SELECT pg_postmaster_start_time()::text || ' / ' ||"
+    " coalesce((SELECT stats_reset::text FROM pg_stat_bgwriter), '')";
+
 struct PgConnection {
   explicit PgConnection(const std::string& conninfo)
       : conn((t_new_handle = nullptr, conninfo)), quiet(conn), raw(t_new_handle) {
@@ -576,6 +605,9 @@ struct PgConnection {
     conn.set_variable("idle_in_transaction_session_timeout", "'10s'");
     for (const Statement& s : kReadStatements) conn.prepare(s.name, s.sql);
     pid = conn.backendpid();
+    pqxx::nontransaction tx(conn);
+    pqxx::result r = tx.exec(kServerRunSql);
+    if (!r.empty() && !r[0][0].is_null()) server_run = r[0][0].c_str();
   }
 
   /// Prepares the write statements (once; after the migrations made their
@@ -604,6 +636,7 @@ struct PgConnection {
   pqxx::quiet_errorhandler quiet;  // after conn: unregisters before conn closes
   PGconn* raw;                     // conn's libpq handle
   int pid = 0;
+  std::string server_run;  // kServerRunSql when connected
   bool writes_prepared = false;
 };
 
@@ -924,7 +957,17 @@ void Backoff(int attempt) {
 // progress" after a grace period belongs to a backend that has not noticed its
 // client is gone; it is terminated (only if it still runs that very xid) so
 // that the status becomes final.
-CommitOutcome ResolveCommit(PgStore::Pool& pool, int64_t txid, int old_pid, int timeout_ms,
+//
+// After a crash (the server, or one backend, killed) txid_status cannot prove
+// a commit: PostgreSQL logs a transaction id with the transaction's first WAL
+// record, which sits in memory until a flush, so crash recovery may hand the
+// same id to a new transaction, and "committed" is then that one's outcome
+// (tests/pg_crash_test.cc reproduces it). So when the server's run
+// (kServerRunSql) is not the one the transaction ran on, only "aborted" is
+// believed: a commit that was flushed also flushed its id, which is then
+// never handed out again. Anything else is kUnknown.
+CommitOutcome ResolveCommit(PgStore::Pool& pool, int64_t txid, int old_pid,
+                            const std::string& old_server_run, int timeout_ms,
                             std::string* detail) {
   using Clock = std::chrono::steady_clock;
   const auto start = Clock::now();
@@ -945,8 +988,15 @@ CommitOutcome ResolveCommit(PgStore::Pool& pool, int64_t txid, int old_pid, int 
           return CommitOutcome::kUnknown;
         }
         const std::string status = r[0][0].c_str();
-        if (status == "committed") return CommitOutcome::kCommitted;
         if (status == "aborted") return CommitOutcome::kAborted;
+        if (c->server_run != old_server_run) {
+          *detail = "the server went through crash recovery since the transaction began (" +
+                    old_server_run + ", now " + c->server_run + "), so txid_status(" +
+                    std::to_string(txid) + ") = " + Quote(status) +
+                    " may be another transaction's, which was given the same id";
+          return CommitOutcome::kUnknown;
+        }
+        if (status == "committed") return CommitOutcome::kCommitted;
         *detail = "txid_status(" + std::to_string(txid) + ") is " + Quote(status);
         if (!terminated && Clock::now() - start >= grace) {
           // backend_xid is the 32-bit xid; txid_current() adds the epoch above it.
@@ -1015,6 +1065,7 @@ Result<T> PgStore::Run(const std::string& op, Access access, Body&& body) {
     std::optional<Result<T>> pending;  // the body's result while COMMIT is in doubt
     int64_t txid = 0;
     int pid = 0;
+    std::string server_run;
     {
       Result<std::unique_ptr<PgConnection>> acquired = pool_->Acquire();
       if (!acquired.ok()) {
@@ -1022,6 +1073,7 @@ Result<T> PgStore::Run(const std::string& op, Access access, Body&& body) {
       }
       Borrowed c(pool_.get(), std::move(acquired).value());
       pid = c->pid;
+      server_run = c->server_run;
       try {
         if (access == Access::kWrite) {
           WriteTx tx(*c);
@@ -1098,7 +1150,7 @@ Result<T> PgStore::Run(const std::string& op, Access access, Body&& body) {
         pool_->counters.in_doubt.fetch_add(1);
         std::string detail;
         CommitOutcome outcome =
-            ResolveCommit(*pool_, txid, pid, options_.resolve_timeout_ms, &detail);
+            ResolveCommit(*pool_, txid, pid, server_run, options_.resolve_timeout_ms, &detail);
         if (outcome == CommitOutcome::kCommitted) {
           pool_->counters.resolved_committed.fetch_add(1);
           return std::move(*pending);
@@ -1378,7 +1430,7 @@ Result<bool> ApplyBatch(WriteTx& tx, const WriteBatch& batch, int64_t updated_ms
   // lease epoch until COMMIT: a claim (which bumps it) waits for us or skips
   // the row. The fenced UPDATE takes the same lock (and rechecks the epoch on
   // the row's latest version after waiting for it).
-  enum class Kind { kStep, kJournal, kToken, kEffect, kSpec, kOpenCall };
+  enum class Kind { kStep, kJournal, kToken, kEffect, kSpec, kOpenCall, kCheck };
   size_t journal_done = 0;
   bool locked_by_select = false;
   if (batch.saga_state.has_value()) {
@@ -1439,6 +1491,17 @@ Result<bool> ApplyBatch(WriteTx& tx, const WriteBatch& batch, int64_t updated_ms
     const WriteBatch::OpenCall& oc = *batch.open_call;
     p.Add(kInsertOpenCall, batch.saga_id, oc.call_id, oc.step_index, oc.at_ms);
     kinds.emplace_back(Kind::kOpenCall, 0);
+  }
+
+  for (size_t k = 0; k < batch.checks_done.size(); ++k) {
+    p.Add(kDeleteCheck, batch.saga_id, batch.checks_done[k]);
+    kinds.emplace_back(Kind::kCheck, k);
+  }
+  for (size_t k = 0; k < batch.checks.size(); ++k) {
+    const StepCheck& c = batch.checks[k];
+    p.Add(kUpsertCheck, batch.saga_id, c.step_id, static_cast<int64_t>(c.next_check_ms),
+          static_cast<int64_t>(c.deadline_ms), c.checks, static_cast<int64_t>(c.since_ms));
+    kinds.emplace_back(Kind::kCheck, k);
   }
 
   std::vector<Reply> got = p.Run();
@@ -1521,6 +1584,11 @@ Status PgStore::Commit(const WriteBatch& batch) {
   if (batch.saga_state) IDEM_RETURN_IF_ERROR(CheckText(*batch.saga_state, "Commit: saga_state"));
   IDEM_RETURN_IF_ERROR(CheckText(batch.saga_reason, "Commit: saga_reason"));
   IDEM_RETURN_IF_ERROR(CheckText(batch.consume_token, "Commit: consume_token"));
+  for (const StepCheck& c : batch.checks)
+    IDEM_RETURN_IF_ERROR(CheckText(c.step_id, "Commit: checks"));
+  for (const std::string& id : batch.checks_done) {
+    IDEM_RETURN_IF_ERROR(CheckText(id, "Commit: checks_done"));
+  }
   IDEM_RETURN_IF_ERROR(CheckText(batch.consume_token_step, "Commit: consume_token_step"));
   for (size_t i = 0; i < batch.steps.size(); ++i) {
     const StepRecord& s = batch.steps[i];
@@ -2038,6 +2106,124 @@ Result<std::vector<EffectRecord>> PgStore::ListEffects(const std::string& saga_i
       });
 }
 
+// ---- Asynchronous completion and drift ----------------------------------------
+
+Result<std::vector<StepCheck>> PgStore::ListStepChecks(const std::string& saga_id) {
+  if (HasNul(saga_id)) return std::vector<StepCheck>();
+  return Run<std::vector<StepCheck>>(
+      "ListStepChecks " + Quote(saga_id), Access::kOneStatement,
+      [&](pqxx::transaction_base& tx) -> Result<std::vector<StepCheck>> {
+        std::vector<StepCheck> out;
+        for (const pqxx::row& r :
+             tx.exec_params("SELECT step_id, next_check_ms, deadline_ms, checks, since_ms"
+                            " FROM step_checks WHERE saga_id = $1 ORDER BY step_id COLLATE \"C\"",
+                            saga_id)) {
+          StepCheck c;
+          c.step_id = FieldText(r[0]);
+          c.next_check_ms = r[1].as<int64_t>();
+          c.deadline_ms = r[2].as<int64_t>();
+          c.checks = r[3].as<int>();
+          c.since_ms = r[4].as<int64_t>();
+          out.push_back(std::move(c));
+        }
+        return out;
+      });
+}
+
+Result<std::vector<DueCheck>> PgStore::ListDueChecks(const std::string& saga_state, int64_t now_ms,
+                                                     int limit) {
+  if (limit <= 0) {
+    return Status::InvalidArgument("ListDueChecks: limit must be positive, got " +
+                                   std::to_string(limit));
+  }
+  if (HasNul(saga_state)) return std::vector<DueCheck>();
+  return Run<std::vector<DueCheck>>(
+      "ListDueChecks", Access::kOneStatement,
+      [&](pqxx::transaction_base& tx) -> Result<std::vector<DueCheck>> {
+        std::vector<DueCheck> out;
+        for (const pqxx::row& r :
+             tx.exec_params("SELECT c.saga_id, MIN(c.next_check_ms) AS due FROM step_checks c"
+                            " JOIN sagas s ON s.saga_id = c.saga_id"
+                            " WHERE c.next_check_ms <= $1 AND s.state = $2"
+                            " GROUP BY c.saga_id ORDER BY due, c.saga_id COLLATE \"C\" LIMIT $3",
+                            now_ms, saga_state, limit)) {
+          out.push_back({FieldText(r[0]), r[1].as<int64_t>()});
+        }
+        return out;
+      });
+}
+
+Result<std::vector<EffectRecord>> PgStore::ListEffectsSince(int64_t since_ms, int limit) {
+  if (limit <= 0) {
+    return Status::InvalidArgument("ListEffectsSince: limit must be positive, got " +
+                                   std::to_string(limit));
+  }
+  return Run<std::vector<EffectRecord>>(
+      "ListEffectsSince", Access::kOneStatement,
+      [&](pqxx::transaction_base& tx) -> Result<std::vector<EffectRecord>> {
+        std::vector<EffectRecord> out;
+        for (const pqxx::row& r : tx.exec_params(
+                 "SELECT idempotency_key, saga_id, step_id, kind, tool, result, external_ref,"
+                 " at_ms FROM effects WHERE kind = 'action' AND at_ms >= $1"
+                 " ORDER BY at_ms, seq LIMIT $2",
+                 since_ms, limit)) {
+          EffectRecord f;
+          f.idempotency_key = FieldText(r[0]);
+          f.saga_id = FieldText(r[1]);
+          f.step_id = FieldText(r[2]);
+          f.kind = FieldText(r[3]);
+          f.tool = FieldText(r[4]);
+          f.result = FieldJson(r[5], "effects.result");
+          f.external_ref = FieldText(r[6]);
+          f.at_ms = r[7].as<int64_t>();
+          out.push_back(std::move(f));
+        }
+        return out;
+      });
+}
+
+Result<bool> PgStore::RecordDrift(const DriftFinding& finding) {
+  if (finding.kind != "effect_missing" && finding.kind != "orphan") {
+    return Status::InvalidArgument("RecordDrift: kind " + Quote(finding.kind) +
+                                   " is not effect_missing or orphan");
+  }
+  if (finding.tool.empty() || finding.key.empty()) {
+    return Status::InvalidArgument("RecordDrift: a finding needs its tool and key");
+  }
+  IDEM_RETURN_IF_ERROR(CheckTexts("drift: ", {{&finding.tool, "tool"},
+                                              {&finding.key, "key"},
+                                              {&finding.saga_id, "saga_id"},
+                                              {&finding.step_id, "step_id"},
+                                              {&finding.detail, "detail"}}));
+  const Json entry = {{"kind", finding.kind},
+                      {"tool", finding.tool},
+                      {"key", finding.key},
+                      {"detail", finding.detail}};
+  const std::string event = "drift";
+  const int64_t at = finding.found_ms;
+  return Run<bool>("record drift", Access::kWrite,
+                   [&](WriteTx& tx, WriteNote* note) -> Result<bool> {
+                     Pipe p(tx);
+                     p.Add(kInsertDrift, finding.kind, finding.tool, finding.key, finding.saga_id,
+                           finding.step_id, finding.detail, at);
+                     p.Add(kSagaExists, finding.saga_id);
+                     std::vector<Reply> got = p.Run();
+                     ThrowFirstError(p, tx.raw(), got);
+                     if (got[0].rows() == 0) {
+                       note->nothing_written = true;  // recorded before
+                       return false;
+                     }
+                     note->txid = got[0].i64(0, 0);
+                     if (got[1].rows() > 0) {
+                       Pipe j(tx);
+                       j.Add(kInsertJournal, finding.saga_id, finding.step_id, event, entry, at);
+                       std::vector<Reply> wrote = j.Run();
+                       ThrowFirstError(j, tx.raw(), wrote);
+                     }
+                     return true;
+                   });
+}
+
 // ---- Server state -------------------------------------------------------------
 
 namespace {
@@ -2185,6 +2371,45 @@ Status PgStore::ReleaseKey(const std::string& scope, const std::string& key,
                                   return true;
                                 });
   return done.status();
+}
+
+Result<std::vector<size_t>> PgStore::RenewKeys(const std::vector<KeyLease>& claims,
+                                               int64_t now_ms) {
+  std::vector<size_t> lost;
+  std::vector<size_t> sent;  // the claims that can be stored (no NUL): the rest are lost
+  for (size_t i = 0; i < claims.size(); ++i) {
+    const KeyLease& c = claims[i];
+    if (HasNul(c.scope) || HasNul(c.key) || HasNul(c.token)) {
+      lost.push_back(i);
+    } else {
+      sent.push_back(i);
+    }
+  }
+  if (sent.empty()) return lost;
+  Result<std::vector<size_t>> gone = Run<std::vector<size_t>>(
+      "renew idempotency claims", Access::kWrite,
+      [&](WriteTx& tx, WriteNote* note) -> Result<std::vector<size_t>> {
+        Pipe p(tx);
+        for (size_t i : sent)
+          p.Add(kRenewKey, claims[i].scope, claims[i].key, claims[i].token, now_ms);
+        std::vector<Reply> got = p.Run();
+        ThrowFirstError(p, tx.raw(), got);
+        std::vector<size_t> out;
+        note->nothing_written = true;
+        for (size_t j = 0; j < sent.size(); ++j) {
+          if (got[j].rows() == 1) {
+            note->nothing_written = false;
+            note->txid = got[j].i64(0, 0);
+          } else {
+            out.push_back(sent[j]);
+          }
+        }
+        return out;
+      });
+  if (!gone.ok()) return gone.status();
+  lost.insert(lost.end(), gone->begin(), gone->end());
+  std::sort(lost.begin(), lost.end());
+  return lost;
 }
 
 Result<KeyRecord> PgStore::FindKey(const std::string& scope, const std::string& key) {

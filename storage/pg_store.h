@@ -200,6 +200,8 @@ class PgStore : public Store, public KeyRecordStore, public SpecStore, public Co
                      int status, const std::string& content_type, const std::string& body) override;
   Status ReleaseKey(const std::string& scope, const std::string& key,
                     const std::string& token) override;
+  Result<std::vector<size_t>> RenewKeys(const std::vector<KeyLease>& claims,
+                                        int64_t now_ms) override;
   Result<KeyRecord> FindKey(const std::string& scope, const std::string& key) override;
   Result<int64_t> PurgeKeys(int64_t created_at_or_before_ms) override;
   Result<SpecPutOutcome> PutSpec(const StoredSpec& spec) override;
@@ -209,6 +211,14 @@ class PgStore : public Store, public KeyRecordStore, public SpecStore, public Co
   Result<SpecOwner> GetSpecOwner(const std::string& name) override;
   Result<std::vector<SpecOwner>> ListSpecOwners() override;
   Status SetSpecShared(const std::string& name, bool shared) override;
+
+  // Asynchronous completion and drift: reads are one statement; a drift
+  // finding and its journal entry are one transaction.
+  Result<std::vector<StepCheck>> ListStepChecks(const std::string& saga_id) override;
+  Result<std::vector<DueCheck>> ListDueChecks(const std::string& saga_state, int64_t now_ms,
+                                              int limit) override;
+  Result<std::vector<EffectRecord>> ListEffectsSince(int64_t since_ms, int limit) override;
+  Result<bool> RecordDrift(const DriftFinding& finding) override;
 
   // Control requests (storage/control_store.h): each write is one
   // transaction with its journal entry; reads run on their own.

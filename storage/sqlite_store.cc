@@ -804,6 +804,26 @@ Status ApplyBatch(StatementCache& c, const WriteBatch& batch, int64_t now_ms) {
                               Quote(batch.saga_id) + "; nothing of the batch was written");
     }
   }
+  for (const std::string& step_id : batch.checks_done) {
+    Stmt del = c.Get("DELETE FROM step_checks WHERE saga_id = ? AND step_id = ?");
+    del->bind(1, batch.saga_id);
+    del->bind(2, step_id);
+    del->exec();
+  }
+  for (const StepCheck& k : batch.checks) {
+    Stmt up = c.Get(
+        "INSERT INTO step_checks (saga_id, step_id, next_check_ms, deadline_ms, checks, since_ms)"
+        " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (saga_id, step_id) DO UPDATE SET"
+        " next_check_ms = excluded.next_check_ms, deadline_ms = excluded.deadline_ms,"
+        " checks = excluded.checks, since_ms = excluded.since_ms");
+    up->bind(1, batch.saga_id);
+    up->bind(2, k.step_id);
+    up->bind(3, static_cast<int64_t>(k.next_check_ms));
+    up->bind(4, static_cast<int64_t>(k.deadline_ms));
+    up->bind(5, k.checks);
+    up->bind(6, static_cast<int64_t>(k.since_ms));
+    up->exec();
+  }
 
   if (batch.release_lease) {  // fenced above: the lease is this batch's to give up
     Stmt up = c.Get("UPDATE sagas SET lease_expires_ms = 0 WHERE saga_id = ?");

@@ -178,6 +178,8 @@ class SqliteStore : public Store, public KeyRecordStore, public SpecStore, publi
                      int status, const std::string& content_type, const std::string& body) override;
   Status ReleaseKey(const std::string& scope, const std::string& key,
                     const std::string& token) override;
+  Result<std::vector<size_t>> RenewKeys(const std::vector<KeyLease>& claims,
+                                        int64_t now_ms) override;
   Result<KeyRecord> FindKey(const std::string& scope, const std::string& key) override;
   Result<int64_t> PurgeKeys(int64_t created_at_or_before_ms) override;
   Result<SpecPutOutcome> PutSpec(const StoredSpec& spec) override;
@@ -194,6 +196,13 @@ class SqliteStore : public Store, public KeyRecordStore, public SpecStore, publi
   Result<std::optional<ControlRequest>> PendingControl(const std::string& saga_id) override;
   Status SettleControl(const std::string& saga_id, const std::string& request_id) override;
   Result<std::vector<ControlRequest>> ListControls(int limit) override;
+
+  // Asynchronous completion and drift (storage/sqlite_completion.cc).
+  Result<std::vector<StepCheck>> ListStepChecks(const std::string& saga_id) override;
+  Result<std::vector<DueCheck>> ListDueChecks(const std::string& saga_state, int64_t now_ms,
+                                              int limit) override;
+  Result<std::vector<EffectRecord>> ListEffectsSince(int64_t since_ms, int limit) override;
+  Result<bool> RecordDrift(const DriftFinding& finding) override;
 
   /// A snapshot of the Commit counters.
   // Retention (storage/prune.h; storage/sqlite_prune.cc): one BEGIN

@@ -16,6 +16,22 @@ Result<StoreGauges> Store::ReadGauges(const GaugeQuery&) {
   return Status::FailedPrecondition("this store does not count gauges");
 }
 
+Result<std::vector<StepCheck>> Store::ListStepChecks(const std::string&) {
+  return Status::FailedPrecondition("this store keeps no step checks");
+}
+
+Result<std::vector<DueCheck>> Store::ListDueChecks(const std::string&, int64_t, int) {
+  return Status::FailedPrecondition("this store keeps no step checks");
+}
+
+Result<std::vector<EffectRecord>> Store::ListEffectsSince(int64_t, int) {
+  return Status::FailedPrecondition("this store does not list effects across sagas");
+}
+
+Result<bool> Store::RecordDrift(const DriftFinding&) {
+  return Status::FailedPrecondition("this store records no drift");
+}
+
 Result<PruneReport> Store::Prune(const PruneRequest&) {
   return Status::FailedPrecondition("this store cannot prune");
 }

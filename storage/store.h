@@ -133,6 +133,37 @@ struct EffectRecord {
   int64_t at_ms = 0;
 };
 
+/// A step waiting for its provider to finish (saga/completion.h): when its
+/// status is asked next, until when, and how often it was asked. The row
+/// exists while the step is `processing` (migration 11, `step_checks`).
+struct StepCheck {
+  std::string step_id;
+  int64_t next_check_ms = 0;  ///< in the engine's clock
+  int64_t deadline_ms = 0;    ///< the completion window's end
+  int checks = 0;             ///< status lookups made so far
+  int64_t since_ms = 0;       ///< when the step began waiting
+};
+
+/// A saga whose earliest step check is due (Store::ListDueChecks).
+struct DueCheck {
+  std::string saga_id;
+  int64_t next_check_ms = 0;
+};
+
+/// One finding of the drift job (saga/reconcile.h), recorded once
+/// (Store::RecordDrift): `kind` "effect_missing" (the journal's effect the
+/// provider does not know) or "orphan" (the provider's effect the journal
+/// does not know), for the tool and the idempotency key.
+struct DriftFinding {
+  std::string kind;
+  std::string tool;
+  std::string key;
+  std::string saga_id;  ///< the journal's saga, "" for an orphan of none
+  std::string step_id;
+  std::string detail;
+  int64_t found_ms = 0;
+};
+
 /// What one Commit writes, atomically.
 struct WriteBatch {
   std::string saga_id;
@@ -169,6 +200,10 @@ struct WriteBatch {
     int64_t at_ms = 0;
   };
   std::optional<OpenCall> open_call;
+  /// Step checks written (inserted or replaced) with the batch, and the
+  /// steps whose check is removed (the step no longer waits).
+  std::vector<StepCheck> checks;
+  std::vector<std::string> checks_done;
 };
 
 /// A saga claimed by a worker: it may drive the saga while its lease holds,
@@ -272,6 +307,25 @@ class Store {
 
   /// The version of the schema the database is at after migrations.
   virtual int SchemaVersion() = 0;
+
+  // ---- asynchronous completion and drift (saga/completion.h, saga/reconcile.h)
+  //
+  // The defaults (a test double) answer kFailedPrecondition.
+
+  /// The saga's step checks (its steps that wait for a provider), by step id.
+  virtual Result<std::vector<StepCheck>> ListStepChecks(const std::string& saga_id);
+  /// Up to `limit` sagas in `saga_state` with a step check due at `now_ms`
+  /// (next_check_ms <= now_ms), earliest first: what a sweep drives. One
+  /// indexed read; a saga whose check is not due costs nothing.
+  virtual Result<std::vector<DueCheck>> ListDueChecks(const std::string& saga_state, int64_t now_ms,
+                                                      int limit);
+  /// The effects of kind "action" recorded at or after `since_ms`, oldest
+  /// first, up to `limit`, across sagas.
+  virtual Result<std::vector<EffectRecord>> ListEffectsSince(int64_t since_ms, int limit);
+  /// Records `finding` once per (kind, tool, key): true when it is new, and
+  /// then, when `finding.saga_id` names a saga, its `drift` journal entry in
+  /// the same transaction. false (nothing written) when it was recorded.
+  virtual Result<bool> RecordDrift(const DriftFinding& finding);
 
   // ---- leases: several workers sharing one store
   //

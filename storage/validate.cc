@@ -26,6 +26,20 @@ Status ValidateWriteBatch(const WriteBatch& batch) {
   for (size_t i = 0; i < batch.effects.size(); ++i) {
     IDEM_RETURN_IF_ERROR(check_owner(batch.effects[i].saga_id, "effects", i));
   }
+  for (size_t i = 0; i < batch.checks.size(); ++i) {
+    const StepCheck& c = batch.checks[i];
+    if (c.step_id.empty() || c.next_check_ms <= 0 || c.deadline_ms <= 0 || c.checks < 0) {
+      return Status::InvalidArgument("Commit: checks[" + std::to_string(i) +
+                                     "]: a step check needs a step_id, positive next_check_ms "
+                                     "and deadline_ms, and checks >= 0");
+    }
+  }
+  for (size_t i = 0; i < batch.checks_done.size(); ++i) {
+    if (batch.checks_done[i].empty()) {
+      return Status::InvalidArgument("Commit: checks_done[" + std::to_string(i) +
+                                     "]: step_id is empty");
+    }
+  }
   return Status::Ok();
 }
 

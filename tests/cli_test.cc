@@ -9,6 +9,8 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <mutex>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -73,6 +75,13 @@ struct Proc {
            stderr_text;
   }
 };
+
+/// The saga id a `run` printed ("saga SG (new, ...)"); "" when none.
+std::string SagaOf(const Proc& p) {
+  const size_t at = p.stdout_text.find("saga ");
+  if (at == std::string::npos) return "";
+  return p.stdout_text.substr(at + 5, p.stdout_text.find(' ', at + 5) - at - 5);
+}
 
 class CliTest : public testing::Test {
  protected:
@@ -294,6 +303,145 @@ std::string Sha256Hex(const std::string& s) {
     out += hex[c & 15];
   }
   return out;
+}
+
+// A provider that finishes later, from the command line (saga/completion.h):
+// with the HTTP tools file as a global option, `run` exits 14 while the
+// provider works on the call it accepted, and `status` shows it waiting. Once
+// the provider is done and its Retry-After has passed, `recover` asks its
+// status endpoint and the saga succeeds: one call, never a second one.
+TEST_F(CliTest, ARunWhoseProviderFinishesLaterExitsAwaitingCompletionUntilRecoverSeesItDone) {
+  httplib::Server provider;
+  std::mutex mu;
+  int posts = 0;
+  int lookups = 0;
+  bool done = false;
+  provider.Post("/visas", [&](const httplib::Request&, httplib::Response& res) {
+    std::lock_guard<std::mutex> lock(mu);
+    ++posts;
+    res.status = 202;
+    res.set_header("Retry-After", "1");
+    res.set_content(R"({"id":"job-1"})", "application/json");
+  });
+  provider.Get(R"(/visas/status/(.+))", [&](const httplib::Request&, httplib::Response& res) {
+    std::lock_guard<std::mutex> lock(mu);
+    ++lookups;
+    res.set_content(done ? R"({"status":"applied","result":{"visa":"V-1"}})"
+                         : R"({"status":"pending","id":"job-1"})",
+                    "application/json");
+  });
+  provider.Post("/visas/withdraw", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content("{}", "application/json");
+  });
+  const int port = provider.bind_to_any_port("127.0.0.1");
+  ASSERT_GT(port, 0);
+  struct Serving {  // stopped and joined on every way out of the test
+    httplib::Server* server;
+    std::thread thread;
+    ~Serving() {
+      server->stop();
+      thread.join();
+    }
+  } serving{&provider, std::thread([&] { provider.listen_after_bind(); })};
+  const std::string base = "http://127.0.0.1:" + std::to_string(port);
+  const Json tools_doc = {
+      {"tools",
+       {{{"name", "visas.apply"},
+         {"effect", "write"},
+         {"base_url", base},
+         {"commit", {{"method", "POST"}, {"path", "/visas"}}},
+         {"status", {{"method", "GET"}, {"path", "/visas/status/{key}"}}},
+         {"honours_keys", true},
+         {"completion", {{"mode", "accepted"}, {"window", "1h"}, {"first_check", "1s"}}}},
+        {{"name", "visas.withdraw"},
+         {"effect", "idempotent"},
+         {"base_url", base},
+         {"commit", {{"method", "POST"}, {"path", "/visas/withdraw"}}},
+         {"honours_keys", true}}}}};
+  const std::string tools = (dir_ / "tools.json").string();
+  std::ofstream(tools) << tools_doc.dump();
+  const std::string spec = (dir_ / "visa.json").string();
+  std::ofstream(spec) << R"({"name": "visa", "steps": [{"id": "visa", "tool": "visas.apply",
+      "compensate": {"tool": "visas.withdraw"}}]})";
+
+  Proc run = Run({"run", spec, "--db", db_, "--tools", tools});
+  EXPECT_EQ(run.code, cli::kExitAwaitingCompletion) << run.Describe();
+  EXPECT_NE(run.stdout_text.find("outcome: awaiting_completion"), std::string::npos)
+      << run.Describe();
+  const std::string id = SagaOf(run);
+  ASSERT_FALSE(id.empty()) << run.Describe();
+  Proc waiting = Run({"status", id, "--db", db_});
+  EXPECT_EQ(waiting.code, cli::kExitOk) << waiting.Describe();  // the read succeeded
+  EXPECT_NE(waiting.stdout_text.find("awaiting_completion"), std::string::npos)
+      << waiting.Describe();
+  EXPECT_NE(waiting.stdout_text.find("processing"), std::string::npos) << waiting.Describe();
+
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    done = true;
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(1'200));  // past the Retry-After
+  Proc recover = Run({"recover", "--db", db_, "--tools", tools});
+  EXPECT_EQ(recover.code, cli::kExitOk) << recover.Describe();
+  Proc finished = Run({"status", id, "--db", db_});
+  EXPECT_EQ(finished.code, cli::kExitOk) << finished.Describe();
+  EXPECT_NE(finished.stdout_text.find("succeeded"), std::string::npos) << finished.Describe();
+  std::lock_guard<std::mutex> lock(mu);
+  EXPECT_EQ(posts, 1);
+  EXPECT_GE(lookups, 1);
+}
+
+// The travel example's slow provider (transfers.book, providers.h) from the
+// command line: the trip waits for the transfer (exit 14, nothing held), a
+// later `recover` sees it confirmed and the payment runs; a declined
+// transfer rolls back the flight, hotel and car that were booked.
+TEST_F(CliTest, TheAsyncTripWaitsForTheTransferThenPaysOrRollsBackWhenDeclined) {
+  constexpr const char* kAsyncSpec = IDEM_SOURCE_DIR "/examples/travel_booking/trip_async.json";
+  const std::string input = std::string("@") + kTripInput;
+  auto step_states = [&](const std::string& db, const std::string& id) {
+    Proc st = Run({"status", id, "--json", "--db", db});
+    EXPECT_EQ(st.code, 0) << st.Describe();
+    std::map<std::string, std::string> states;
+    Json doc = Json::parse(st.stdout_text, nullptr, false);
+    for (const Json& step : doc.value("steps", Json::array())) {
+      states[step.value("id", "")] = step.value("state", "");
+    }
+    states["saga"] = doc.value("state", "");
+    return states;
+  };
+
+  Proc run = Run({"run", kAsyncSpec, "--input", input, "--db", db_, "--confirm-delay-ms", "1000"});
+  EXPECT_EQ(run.code, cli::kExitAwaitingCompletion) << run.Describe();
+  const std::string id = SagaOf(run);
+  ASSERT_FALSE(id.empty()) << run.Describe();
+  auto waiting = step_states(db_, id);
+  EXPECT_EQ(waiting["book_transfer"], "processing");
+  EXPECT_EQ(waiting["reserve_flight"], "succeeded");
+  EXPECT_EQ(waiting["charge_payment"], "planned");
+  std::this_thread::sleep_for(std::chrono::milliseconds(1'300));  // the job is ready
+  Proc recover = Run({"recover", "--db", db_, "--confirm-delay-ms", "1000"});
+  EXPECT_EQ(recover.code, cli::kExitOk) << recover.Describe();
+  auto done = step_states(db_, id);
+  EXPECT_EQ(done["saga"], "succeeded");
+  EXPECT_EQ(done["book_transfer"], "succeeded");
+  EXPECT_EQ(done["charge_payment"], "succeeded");
+
+  const std::string declined_db = (dir_ / "declined.db").string();
+  Proc run2 = Run({"run", kAsyncSpec, "--input", input, "--db", declined_db, "--confirm-delay-ms",
+                   "0", "--fault", "transfers.book=decline"});
+  EXPECT_EQ(run2.code, cli::kExitAwaitingCompletion) << run2.Describe();
+  const std::string id2 = SagaOf(run2);
+  ASSERT_FALSE(id2.empty()) << run2.Describe();
+  std::this_thread::sleep_for(std::chrono::milliseconds(1'300));  // the first check (1 s)
+  Proc recover2 = Run({"recover", "--db", declined_db});
+  EXPECT_EQ(recover2.code, cli::kExitRolledBack) << recover2.Describe();
+  auto rolled = step_states(declined_db, id2);
+  EXPECT_EQ(rolled["saga"], "compensated");
+  EXPECT_EQ(rolled["book_transfer"], "failed");
+  EXPECT_EQ(rolled["reserve_flight"], "compensated");
+  EXPECT_EQ(rolled["book_hotel"], "compensated");
+  EXPECT_EQ(rolled["rent_car"], "compensated");
+  EXPECT_EQ(rolled["charge_payment"], "planned");
 }
 
 TEST_F(CliTest, DebugLogsCarryTheFieldsAndNoSecret) {

@@ -504,11 +504,65 @@ TEST(HttpToolTest, LookupReadsTheStatusEndpoint) {
   EXPECT_EQ(tool->Lookup("nf").kind, LookupKind::kNotApplied);
   EXPECT_EQ(tool->Lookup("failed").kind, LookupKind::kNotApplied);
   EXPECT_EQ(tool->Lookup("gone").kind, LookupKind::kNotApplied);
+  // "pending" is an answer, not an error: the provider holds the key and
+  // has not finished (saga/completion.h).
   LookupOutcome pending = tool->Lookup("pending");
-  EXPECT_EQ(pending.kind, LookupKind::kError);
-  EXPECT_NE(pending.error.find("\"pending\""), std::string::npos) << pending.error;
+  EXPECT_EQ(pending.kind, LookupKind::kPending) << pending.error;
   EXPECT_EQ(tool->Lookup("junk").kind, LookupKind::kError);
   EXPECT_EQ(tool->Lookup("boom").kind, LookupKind::kError);
+}
+
+// Asynchronous completion over HTTP (saga/completion.h): a tool declared
+// "completion": {"mode": "accepted"} takes 202 as accepted, not done, with
+// the provider's reference and its Retry-After; a pending status answer
+// carries its Retry-After too, which sets the next check. Retry-After as an
+// HTTP date (or anything but whole seconds) leaves the tool's own backoff.
+TEST(HttpToolTest, AcceptedAnswersAndPendingLookupsCarryTheProvidersRetryAfter) {
+  TestServer server;
+  server.Http().Post("/charges", [](const httplib::Request& req, httplib::Response& res) {
+    res.status = 202;
+    res.set_content(R"({"id":"job-7"})", "application/json");
+    const Json a = Json::parse(req.body);
+    if (a.contains("retry_after"))
+      res.set_header("Retry-After", a["retry_after"].get<std::string>());
+  });
+  server.Http().Get(R"(/charges/status/(.+))",
+                    [](const httplib::Request& req, httplib::Response& res) {
+                      const std::string key = req.matches[1];
+                      res.set_content(R"({"status":"pending","id":"job-7"})", "application/json");
+                      if (key == "soon") res.set_header("Retry-After", "4");
+                      if (key == "dated")
+                        res.set_header("Retry-After", "Wed, 21 Oct 2026 07:28:00 GMT");
+                    });
+  ASSERT_GT(server.Start(), 0);
+  auto tool = MakeTool(server.Port(), R"(, "completion": {"mode": "accepted", "window": "2h"})");
+  ASSERT_TRUE(tool->info().completion.accepts);
+  EXPECT_EQ(tool->info().completion.window_ms, 2 * 3'600'000);
+
+  ToolOutcome later = tool->Invoke(Call("k1", {{"retry_after", "7"}}));
+  ASSERT_EQ(later.kind, OutcomeKind::kAccepted) << later.error;
+  EXPECT_EQ(later.external_ref, "job-7");
+  EXPECT_EQ(later.check_after_ms, 7'000);
+  ToolOutcome plain = tool->Invoke(Call("k2"));
+  ASSERT_EQ(plain.kind, OutcomeKind::kAccepted) << plain.error;
+  EXPECT_EQ(plain.check_after_ms, 0);
+  ToolOutcome dated = tool->Invoke(Call("k3", {{"retry_after", "Wed, 21 Oct 2026 07:28:00 GMT"}}));
+  ASSERT_EQ(dated.kind, OutcomeKind::kAccepted) << dated.error;
+  EXPECT_EQ(dated.check_after_ms, 0);
+
+  LookupOutcome soon = tool->Lookup("soon");
+  ASSERT_EQ(soon.kind, LookupKind::kPending) << soon.error;
+  EXPECT_EQ(soon.check_after_ms, 4'000);
+  EXPECT_EQ(soon.external_ref, "job-7");
+  LookupOutcome no_hint = tool->Lookup("other");
+  ASSERT_EQ(no_hint.kind, LookupKind::kPending) << no_hint.error;
+  EXPECT_EQ(no_hint.check_after_ms, 0);
+  EXPECT_EQ(tool->Lookup("dated").check_after_ms, 0);
+
+  // Without the declaration a 202 is a success like any 2xx: the provider
+  // did not say it would finish later.
+  ToolOutcome done = MakeTool(server.Port())->Invoke(Call("k4"));
+  EXPECT_EQ(done.kind, OutcomeKind::kSucceeded) << done.error;
 }
 
 TEST(HttpToolTest, BareNotFoundFromAWrongStatusPathIsAnErrorNotNotApplied) {
@@ -1047,6 +1101,37 @@ TEST_F(IdempotencyLayerTest, AbandonedClaimIsTakenOverAfterTheLockTimeoutAndTheO
   ASSERT_TRUE(replay);
   EXPECT_EQ(replay->body, takeover->body);  // the late holder did not overwrite it
   EXPECT_EQ(runs_.load(), 2);
+}
+
+TEST_F(IdempotencyLayerTest, HandlerRunningPastTheLockTimeoutKeepsItsClaim) {
+  IdempotencyOptions options;  // the real clock: the renewer renews the claim
+  options.lock_timeout_ms = 300;
+  hold_first_ = true;
+  Mount(options);
+  auto first = std::async(std::launch::async, [&] { return Post("k-slow", "{}"); });
+  ASSERT_TRUE(entered_.Wait());
+  // Retries for 3x the lock timeout while the handler runs: 409 each time.
+  const auto start = std::chrono::steady_clock::now();
+  int retries = 0;
+  while (std::chrono::steady_clock::now() - start < std::chrono::milliseconds(900)) {
+    httplib::Result r = Post("k-slow", "{}");
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 409) << r->body;
+    EXPECT_EQ(ProblemType(r), server::kProblemKeyInFlight);
+    ++retries;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_GT(retries, 5);
+  release_.Open();
+  httplib::Result done = first.get();
+  ASSERT_TRUE(done);
+  EXPECT_EQ(done->status, 201);
+  EXPECT_EQ(Json::parse(done->body)["run"], 1);
+  httplib::Result replay = Post("k-slow", "{}");
+  ASSERT_TRUE(replay);
+  EXPECT_EQ(replay->body, done->body);
+  EXPECT_EQ(replay->get_header_value("Idempotent-Replayed"), "true");
+  EXPECT_EQ(runs_.load(), 1);
 }
 
 TEST_F(IdempotencyLayerTest, KeysExpireAfterTheTtl) {

@@ -6,10 +6,13 @@
 
 #include "saga/open_saga.h"
 
+#include <chrono>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -393,6 +396,35 @@ TEST_P(OpenSagaTest, DecisionsAreJournaledWithTheCallAndShownInTheView) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, OpenSagaTest, ::testing::Values("sqlite", "postgresql"),
+                         [](const auto& info) { return info.param; });
+
+// Leases exist on PostgreSQL only (on SQLite one process drives at a time).
+class OpenSagaLeaseTest : public OpenSagaTest {};
+
+// `open rollback` while the process of the agent's last call still holds the
+// saga's lease (it was SIGKILLed mid-call): the cancel is recorded, and the
+// holder is gone, so nobody would carry it out. Recovery does once the lease
+// has run out, without anyone asking again.
+TEST_P(OpenSagaLeaseTest, ARollbackRecordedUnderADeadHoldersLeaseIsCarriedOutByRecovery) {
+  Engine e(store_.get(), &tools_, Options());
+  const std::string id = Begin(e, {"flights.book"});
+  EXPECT_EQ(Call(e, id, "c1", "flights.book", {{"to", "lisbon"}}).state, "succeeded");
+  ASSERT_OK(store_->ClaimSaga(id, "killed-agent", 300));  // never renewed nor released
+  ControlRequest r;
+  r.who = "person";
+  r.reason = "the agent is gone";
+  ASSERT_OK_AND_ASSIGN(auto out, e.Rollback(id, r));
+  EXPECT_TRUE(out.pending) << out.note;
+  EXPECT_EQ(out.saga.summary.state, "open");
+  std::this_thread::sleep_for(std::chrono::milliseconds(600));  // the dead lease runs out
+  ASSERT_OK_AND_ASSIGN(auto report, e.Recover());
+  EXPECT_EQ(report.saga_ids, std::vector<std::string>{id});
+  EXPECT_EQ(State(id), "compensated");
+  std::lock_guard<std::mutex> lock(mu_);
+  EXPECT_EQ(undone_, std::vector<std::string>{"bk-1@lisbon"});
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, OpenSagaLeaseTest, ::testing::Values("postgresql"),
                          [](const auto& info) { return info.param; });
 
 }  // namespace

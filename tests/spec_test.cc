@@ -61,6 +61,18 @@ std::unique_ptr<ToolRegistry> MakeRegistry() {
         o.ok = true;
         return o;
       })));
+  // An asynchronous provider (saga/completion.h): it finishes within a 2 h
+  // window but keeps keys only 1 h.
+  ToolInfo visa{"visas.apply", EffectClass::kWrite, true, true, false, 3600 * 1000};
+  visa.completion.accepts = true;
+  visa.completion.window_ms = 2 * 3600 * 1000;
+  EXPECT_OK(registry->Register(std::make_unique<FunctionTool>(
+      visa, [](const ToolCall&) { return ToolOutcome::Accepted("v-1", 0); },
+      [](const std::string&) {
+        LookupOutcome o;
+        o.kind = LookupKind::kPending;
+        return o;
+      })));
   ToolInfo release{"payments.release", EffectClass::kIdempotent, true, false, false, 60 * 1000};
   EXPECT_OK(registry->Register(std::make_unique<FunctionTool>(
       release, [](const ToolCall&) { return ToolOutcome::Succeeded(Json::object()); })));

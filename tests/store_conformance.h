@@ -1415,6 +1415,58 @@ TYPED_TEST_P(StoreConformanceTest, AbandonedClaimIsTakenOverAndTheOldHolderIsFen
   EXPECT_EQ(1000, rec->created_ms);  // a take-over keeps the record's age
 }
 
+TYPED_TEST_P(StoreConformanceTest, RenewedClaimOutlivesTheLockTimeoutAndAnUnrenewedOneIsTakenOver) {
+  const KeyClaimPolicy at = PolicyAt(1000);
+  Result<KeyClaim> kept = this->keys().ClaimKey("scope", "k-kept", "fp-a", at);
+  Result<KeyClaim> left = this->keys().ClaimKey("scope", "k-left", "fp-a", at);
+  STORE_ASSERT_OK(kept);
+  STORE_ASSERT_OK(left);
+  // Only k-kept's holder renews, twice, each well inside the lock timeout.
+  const int64_t step = at.lock_timeout_ms * 2 / 3;
+  for (int64_t t : {1000 + step, 1000 + 2 * step}) {
+    Result<std::vector<size_t>> lost =
+        this->keys().RenewKeys({{"scope", "k-kept", kept->token}}, t);
+    STORE_ASSERT_OK(lost);
+    EXPECT_TRUE(lost->empty());
+  }
+  // Past the lock timeout of the first claim, before that of the last renew.
+  const int64_t late = 1000 + 2 * step + at.lock_timeout_ms - 1;
+  Result<KeyClaim> retry_kept = this->keys().ClaimKey("scope", "k-kept", "fp-a", PolicyAt(late));
+  STORE_ASSERT_OK(retry_kept);
+  EXPECT_EQ(KeyClaim::Kind::kInFlight, retry_kept->kind);
+  Result<KeyClaim> retry_left = this->keys().ClaimKey("scope", "k-left", "fp-a", PolicyAt(late));
+  STORE_ASSERT_OK(retry_left);
+  ASSERT_EQ(KeyClaim::Kind::kClaimed, retry_left->kind);
+
+  // The old holder of k-left learns it lost its claim; k-kept is still held,
+  // an absent key is lost, and nothing is written for the lost ones.
+  Result<std::vector<size_t>> lost = this->keys().RenewKeys({{"scope", "k-left", left->token},
+                                                             {"scope", "k-kept", kept->token},
+                                                             {"scope", "absent", "clm_none"}},
+                                                            late + 1);
+  STORE_ASSERT_OK(lost);
+  EXPECT_EQ((std::vector<size_t>{0, 2}), *lost);
+  EXPECT_EQ(Code::kNotFound, this->keys().FindKey("scope", "absent").status().code());
+  Result<KeyClaim> still =
+      this->keys().ClaimKey("scope", "k-left", "fp-a", PolicyAt(late + at.lock_timeout_ms - 1));
+  STORE_ASSERT_OK(still);
+  EXPECT_EQ(KeyClaim::Kind::kInFlight, still->kind);  // the taker's claim was not renewed away
+
+  // A done record is not renewed back to in_flight.
+  STORE_ASSERT_OK(
+      this->keys().CompleteKey("scope", "k-kept", kept->token, 200, "text/plain", "ok"));
+  Result<std::vector<size_t>> after =
+      this->keys().RenewKeys({{"scope", "k-kept", kept->token}}, late + 2);
+  STORE_ASSERT_OK(after);
+  EXPECT_EQ((std::vector<size_t>{0}), *after);
+  Result<KeyRecord> rec = this->keys().FindKey("scope", "k-kept");
+  STORE_ASSERT_OK(rec);
+  EXPECT_EQ("done", rec->state);
+  Result<std::vector<size_t>> none = this->keys().RenewKeys({}, late + 3);
+  STORE_ASSERT_OK(none);
+  EXPECT_TRUE(none->empty());
+}
+
 TYPED_TEST_P(StoreConformanceTest, ExpiredKeyStartsANewRequestAndIsPurged) {
   const KeyClaimPolicy at = PolicyAt(1000);
   for (const char* key : {"k-1", "k-2"}) {
@@ -1690,6 +1742,140 @@ TYPED_TEST_P(StoreConformanceTest, ConcurrentCancelsFromTwoConnectionsRecordOne)
   EXPECT_EQ(2u, journal->size()) << "saga_created and one cancel_requested";
 }
 
+// Asynchronous completion (migration 11): a step check is written with its
+// batch, read back, listed when due (only for sagas in the asked state),
+// replaced, removed, and survives a reopen.
+TYPED_TEST_P(StoreConformanceTest, StepChecksAreWrittenWithTheBatchAndListedWhenDue) {
+  STORE_ASSERT_OK(this->store().CreateIntent(MakeSaga("saga-1", "intent-1")));
+  STORE_ASSERT_OK(this->store().CreateIntent(MakeSaga("saga-2", "intent-2")));
+  auto wait = [&](const std::string& saga, int64_t next, int checks) {
+    StepRecord step = this->FirstStep(saga);
+    step.state = "processing";
+    WriteBatch b;
+    b.saga_id = saga;
+    b.saga_state = "awaiting_completion";
+    b.steps = {step};
+    b.journal = {MakeEntry(saga, "step0", "processing", 2000)};
+    b.checks = {StepCheck{"step0", next, 100'000, checks, 2000}};
+    return this->store().Commit(b);
+  };
+  STORE_ASSERT_OK(wait("saga-1", 5'000, 0));
+  STORE_ASSERT_OK(wait("saga-2", 9'000, 3));
+  Result<std::vector<StepCheck>> checks = this->store().ListStepChecks("saga-2");
+  STORE_ASSERT_OK(checks);
+  ASSERT_EQ(1u, checks->size());
+  EXPECT_EQ("step0", (*checks)[0].step_id);
+  EXPECT_EQ(9'000, (*checks)[0].next_check_ms);
+  EXPECT_EQ(100'000, (*checks)[0].deadline_ms);
+  EXPECT_EQ(3, (*checks)[0].checks);
+  EXPECT_EQ(2'000, (*checks)[0].since_ms);
+
+  Result<std::vector<DueCheck>> due = this->store().ListDueChecks("awaiting_completion", 4'999, 10);
+  STORE_ASSERT_OK(due);
+  EXPECT_TRUE(due->empty());
+  due = this->store().ListDueChecks("awaiting_completion", 9'000, 10);
+  STORE_ASSERT_OK(due);
+  ASSERT_EQ(2u, due->size());
+  EXPECT_EQ("saga-1", (*due)[0].saga_id);  // earliest first
+  EXPECT_EQ(5'000, (*due)[0].next_check_ms);
+  due = this->store().ListDueChecks("awaiting_completion", 9'000, 1);
+  STORE_ASSERT_OK(due);
+  EXPECT_EQ(1u, due->size());
+  due = this->store().ListDueChecks("running", 9'000, 10);
+  STORE_ASSERT_OK(due);
+  EXPECT_TRUE(due->empty()) << "only sagas in the asked state";
+  EXPECT_THAT(this->store().ListDueChecks("awaiting_completion", 9'000, 0),
+              test::StatusIs(Code::kInvalidArgument));
+
+  STORE_ASSERT_OK(wait("saga-1", 7'000, 1));  // replaced, not added
+  checks = this->store().ListStepChecks("saga-1");
+  STORE_ASSERT_OK(checks);
+  ASSERT_EQ(1u, checks->size());
+  EXPECT_EQ(7'000, (*checks)[0].next_check_ms);
+
+  this->Reopen();
+  checks = this->store().ListStepChecks("saga-1");
+  STORE_ASSERT_OK(checks);
+  EXPECT_EQ(1u, checks->size());
+
+  // The step settles: its check goes in the same batch.
+  WriteBatch done;
+  done.saga_id = "saga-1";
+  done.saga_state = "running";
+  done.journal = {MakeEntry("saga-1", "step0", "succeeded", 8000)};
+  done.checks_done = {"step0"};
+  STORE_ASSERT_OK(this->store().Commit(done));
+  checks = this->store().ListStepChecks("saga-1");
+  STORE_ASSERT_OK(checks);
+  EXPECT_TRUE(checks->empty());
+  due = this->store().ListDueChecks("awaiting_completion", 1'000'000, 10);
+  STORE_ASSERT_OK(due);
+  ASSERT_EQ(1u, due->size());
+  EXPECT_EQ("saga-2", (*due)[0].saga_id);
+
+  // A check without a step id is refused, and nothing of its batch lands.
+  WriteBatch bad;
+  bad.saga_id = "saga-2";
+  bad.journal = {MakeEntry("saga-2", "step0", "processing", 9000)};
+  bad.checks = {StepCheck{"", 1, 1, 0, 1}};
+  const size_t before = this->JournalSize("saga-2");  // saga_created, processing
+  EXPECT_THAT(this->store().Commit(bad), test::StatusIs(Code::kInvalidArgument));
+  EXPECT_EQ(before, this->JournalSize("saga-2"));
+  EXPECT_EQ(2u, before);
+}
+
+// The drift job's records: effects listed across sagas since a time, and a
+// finding recorded once with its journal entry.
+TYPED_TEST_P(StoreConformanceTest, EffectsSinceAndDriftFindingsRecordedOnce) {
+  STORE_ASSERT_OK(this->store().CreateIntent(MakeSaga("saga-1", "intent-1")));
+  STORE_ASSERT_OK(this->store().CreateIntent(MakeSaga("saga-2", "intent-2")));
+  for (const auto& [saga, at] :
+       std::vector<std::pair<std::string, int64_t>>{{"saga-1", 1000}, {"saga-2", 3000}}) {
+    WriteBatch b;
+    b.saga_id = saga;
+    b.journal = {MakeEntry(saga, "step0", "succeeded", at)};
+    b.effects = {MakeEffect(saga, "step0", saga + "/step0", at)};
+    STORE_ASSERT_OK(this->store().Commit(b));
+  }
+  Result<std::vector<EffectRecord>> since = this->store().ListEffectsSince(2000, 10);
+  STORE_ASSERT_OK(since);
+  ASSERT_EQ(1u, since->size());
+  EXPECT_EQ("saga-2/step0", (*since)[0].idempotency_key);
+  EXPECT_EQ("saga-2", (*since)[0].saga_id);
+  since = this->store().ListEffectsSince(0, 10);
+  STORE_ASSERT_OK(since);
+  ASSERT_EQ(2u, since->size());
+  EXPECT_EQ("saga-1/step0", (*since)[0].idempotency_key);  // oldest first
+
+  DriftFinding f;
+  f.kind = "effect_missing";
+  f.tool = "rooms.book";
+  f.key = "saga-1/step0";
+  f.saga_id = "saga-1";
+  f.step_id = "step0";
+  f.detail = "the provider answers not_applied";
+  f.found_ms = 5000;
+  EXPECT_THAT(this->store().RecordDrift(f), test::IsOkAndHolds(true));
+  EXPECT_THAT(this->store().RecordDrift(f), test::IsOkAndHolds(false));
+  Result<std::vector<JournalEntry>> journal = this->store().ReadJournal("saga-1");
+  STORE_ASSERT_OK(journal);
+  ASSERT_EQ(3u, journal->size());
+  EXPECT_EQ("drift", journal->back().event);
+  EXPECT_EQ("step0", journal->back().step_id);
+  EXPECT_EQ("effect_missing", journal->back().data["kind"]);
+  // An orphan of no saga: the finding alone.
+  DriftFinding orphan = f;
+  orphan.kind = "orphan";
+  orphan.key = "nobody/step0";
+  orphan.saga_id = "";
+  orphan.step_id = "";
+  EXPECT_THAT(this->store().RecordDrift(orphan), test::IsOkAndHolds(true));
+  EXPECT_THAT(this->store().RecordDrift(orphan), test::IsOkAndHolds(false));
+  DriftFinding bad = f;
+  bad.kind = "weird";
+  EXPECT_THAT(this->store().RecordDrift(bad), test::StatusIs(Code::kInvalidArgument));
+}
+
 // ---- retention (storage/prune.h)
 
 /// Finishes `saga_id` in `state` at `at_ms`: step0 with personal data in its
@@ -1894,11 +2080,13 @@ REGISTER_TYPED_TEST_SUITE_P(
     CommitCanReleaseItsLease, ClaimSagaById, GaugesCountSagasByStateLeasesAndWaitingSteps,
     ConcurrentClaimersNeverShareASaga, KeyIsClaimedOnceThenInFlightAndOtherPayloadMismatches,
     StoredResponseIsReplayedAndSurvivesReopen, ReleasedKeyIsClaimableAgain,
-    AbandonedClaimIsTakenOverAndTheOldHolderIsFenced, ExpiredKeyStartsANewRequestAndIsPurged,
-    ConcurrentClaimsOfOneKeyFromTwoConnectionsHaveOneWinner,
+    AbandonedClaimIsTakenOverAndTheOldHolderIsFenced,
+    RenewedClaimOutlivesTheLockTimeoutAndAnUnrenewedOneIsTakenOver,
+    ExpiredKeyStartsANewRequestAndIsPurged, ConcurrentClaimsOfOneKeyFromTwoConnectionsHaveOneWinner,
     SpecVersionsAreStoredOnceAndNeverChange, ConcurrentPutsOfOneSpecVersionHaveOneWinner,
     ControlRequestsFollowOneRuleAndSurviveReopen, ControlRequestsAreCheckedAndNeedTheSaga,
     ConcurrentCancelsFromTwoConnectionsRecordOne, PruneRemovesFinishedSagasDataAndKeepsTheIntent,
-    PruneRedactsOnlyTheNamedFieldsAtAnyDepth, PruneDryRunWritesNothingAndBatchesAreBounded);
+    PruneRedactsOnlyTheNamedFieldsAtAnyDepth, PruneDryRunWritesNothingAndBatchesAreBounded,
+    StepChecksAreWrittenWithTheBatchAndListedWhenDue, EffectsSinceAndDriftFindingsRecordedOnce);
 
 }  // namespace idem::storage::conformance

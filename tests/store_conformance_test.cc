@@ -110,6 +110,15 @@ void UndoVersion9(RawDb* raw) {
   }
 }
 
+// Back to what version 10 left: no step checks, no drift findings, no
+// effects_by_time (migration 11).
+void UndoVersion11(RawDb* raw) {
+  for (const char* sql :
+       {"DROP TABLE step_checks", "DROP TABLE drift_findings", "DROP INDEX effects_by_time"}) {
+    ASSERT_EQ("", raw->Exec(sql)) << sql;
+  }
+}
+
 // Takes a database back from version 14 (the listing indexes) to 13.
 void UndoVersion14(RawDb* raw) {
   for (const char* sql : {"DROP INDEX sagas_by_created", "DROP INDEX sagas_by_owner",
@@ -258,7 +267,8 @@ TEST(SqliteStoreTest, Version3JournalKeepsItsEntriesAndOrderThroughVersion4) {
                            " (5, 'old', 'first', 1), (9, 'old', 'second', 2),"
                            " (12, 'old', 'third', 3)"));
     ASSERT_EQ("", raw.Exec("CREATE INDEX sagas_by_state ON sagas (state)"));
-    // Versions 7 and 10 did not exist yet either.
+    // Versions 7, 10 and 11 did not exist yet either.
+    ASSERT_NO_FATAL_FAILURE(UndoVersion11(&raw));
     ASSERT_EQ("", raw.Exec("DROP TABLE open_calls"));
     ASSERT_EQ("", raw.Exec("DROP TABLE spec_owners"));
     ASSERT_EQ("", raw.Exec("ALTER TABLE sagas DROP COLUMN spec_version"));
@@ -291,6 +301,39 @@ TEST(SqliteStoreTest, Version3JournalKeepsItsEntriesAndOrderThroughVersion4) {
   EXPECT_NE("", raw.Exec("DELETE FROM journal"));  // still append-only
 }
 
+TEST(SqliteStoreTest, DatabaseWithoutVersion11GetsTheStepChecksAndDriftTables) {
+  TempDir dir;
+  const std::string path = dir.File("v10.db");
+  {
+    std::unique_ptr<SqliteStore> store = MustOpen(path);
+    ASSERT_NE(store, nullptr);
+    STORE_ASSERT_OK(store->CreateIntent(MakeSaga("old", "intent-old")));
+  }
+  {
+    RawDb raw(path);
+    ASSERT_NO_FATAL_FAILURE(UndoVersion11(&raw));
+    ASSERT_EQ("", raw.Exec("DELETE FROM schema_migrations WHERE version = 11"));
+    EXPECT_EQ("", raw.Text("SELECT name FROM sqlite_master WHERE name = 'step_checks'"));
+  }
+  std::unique_ptr<SqliteStore> store = MustOpen(path);
+  ASSERT_NE(store, nullptr);
+  EXPECT_EQ(SqliteStore::LatestSchemaVersion(), store->SchemaVersion());
+  // The saga of version 10 can wait for its provider.
+  WriteBatch b;
+  b.saga_id = "old";
+  b.saga_state = "awaiting_completion";
+  b.journal = {MakeEntry("old", "step0", "processing", 2000)};
+  b.checks = {StepCheck{"step0", 5000, 100'000, 0, 2000}};
+  STORE_ASSERT_OK(store->Commit(b));
+  Result<std::vector<DueCheck>> due = store->ListDueChecks("awaiting_completion", 5000, 10);
+  STORE_ASSERT_OK(due);
+  ASSERT_EQ(1u, due->size());
+  EXPECT_EQ("old", (*due)[0].saga_id);
+  RawDb raw(path);
+  EXPECT_EQ("effects_by_time",
+            raw.Text("SELECT name FROM sqlite_master WHERE name = 'effects_by_time'"));
+}
+
 TEST(SqliteStoreTest, Version2DatabaseIsMigratedToLeases) {
   TempDir dir;
   const std::string path = dir.File("v2.db");
@@ -309,7 +352,8 @@ TEST(SqliteStoreTest, Version2DatabaseIsMigratedToLeases) {
       ASSERT_EQ("", raw.Exec(std::string("ALTER TABLE sagas DROP COLUMN ") + column));
     }
     ASSERT_EQ("", raw.Exec("CREATE INDEX sagas_by_state ON sagas (state)"));  // dropped by 4
-    // Versions 7 and 10 did not exist yet either.
+    // Versions 7, 10 and 11 did not exist yet either.
+    ASSERT_NO_FATAL_FAILURE(UndoVersion11(&raw));
     ASSERT_EQ("", raw.Exec("DROP TABLE open_calls"));
     ASSERT_EQ("", raw.Exec("DROP TABLE spec_owners"));
     ASSERT_EQ("", raw.Exec("ALTER TABLE sagas DROP COLUMN spec_version"));

@@ -34,7 +34,7 @@ namespace fs = std::filesystem;
 
 const char* const kExpectedSyntax =
     " (expected TOOL=MODE[@N], MODE one of fail, fail_times(K), reject, lose_request, "
-    "lose_response, delay(MS), reprice)";
+    "lose_response, delay(MS), reprice, decline)";
 
 using test::TempDir;
 
@@ -90,7 +90,7 @@ class TravelProviderTest : public ::testing::Test {
   }
   void TearDown() override { failpoint::DisarmAll(); }
 
-  /// Registers the eight tools with `faults` (TOOL=MODE[@N]) and opens the
+  /// Registers the ten tools with `faults` (TOOL=MODE[@N]) and opens the
   /// ledger beside them. False (with a test failure) when anything fails.
   bool Register(const std::vector<std::string>& faults = {}) {
     for (const auto& text : faults) {
@@ -254,6 +254,8 @@ TEST_F(TravelProviderTest, ToolsMatchTheReadmeTable) {
       {"cars.return", EffectClass::kIdempotent, true, false, false},
       {"payments.charge", EffectClass::kWrite, true, true, true},
       {"payments.refund", EffectClass::kIdempotent, true, false, false},
+      {"transfers.book", EffectClass::kWrite, true, true, false},
+      {"transfers.cancel", EffectClass::kIdempotent, true, false, false},
   };
   std::set<std::string> expected_names;
   for (const auto& row : rows) {
@@ -267,10 +269,94 @@ TEST_F(TravelProviderTest, ToolsMatchTheReadmeTable) {
     EXPECT_EQ(tool->info().has_status, row.has_status);
     EXPECT_EQ(tool->info().has_preview, row.has_preview);
   }
+  // Only the slow provider finishes later (saga/completion.h).
+  for (const auto& row : rows) {
+    EXPECT_EQ(Find(row.name)->info().completion.accepts, std::string(row.name) == "transfers.book")
+        << row.name;
+  }
+  EXPECT_EQ(Find("transfers.book")->info().completion.window_ms, 30 * 60'000);
   const Strings& names = TravelToolNames();
   EXPECT_EQ(std::set<std::string>(names.begin(), names.end()), expected_names);
   EXPECT_EQ(names.size(), rows.size());
   EXPECT_EQ(registry_.List().size(), rows.size());
+}
+
+// ---- the slow provider (transfers.book)
+
+const Json kTransferArgs = {{"traveller", "Ana"}, {"city", "Tokyo"}, {"date", "2026-12-01"}};
+
+// It takes the call at once (accepted, a job id, when to ask), applies
+// nothing until the job is ready, and answers a repeated key from its
+// ledger: the same job, never a second one.
+TEST_F(TravelProviderTest, TheSlowProviderAcceptsAndStaysPendingUntilItsJobIsReady) {
+  options_.confirm_delay_ms = 600'000;  // not ready within the test
+  ASSERT_TRUE(Register());
+  ToolOutcome first = Invoke("transfers.book", "t1", kTransferArgs);
+  ASSERT_EQ(first.kind, OutcomeKind::kAccepted) << first.error;
+  EXPECT_EQ(first.external_ref.rfind("JOB-", 0), 0u) << first.external_ref;
+  EXPECT_EQ(first.check_after_ms, 600'000);
+  ToolOutcome again = Invoke("transfers.book", "t1", kTransferArgs);
+  ASSERT_EQ(again.kind, OutcomeKind::kAccepted) << again.error;
+  EXPECT_EQ(again.external_ref, first.external_ref);
+  EXPECT_GT(again.check_after_ms, 590'000);
+  LookupOutcome pending = Lookup("transfers.book", "t1");
+  ASSERT_EQ(pending.kind, LookupKind::kPending) << pending.error;
+  EXPECT_EQ(pending.external_ref, first.external_ref);
+  EXPECT_GT(pending.check_after_ms, 590'000);
+  EXPECT_EQ(Lookup("transfers.book", "never-sent").kind, LookupKind::kNotApplied);
+  EXPECT_EQ(Effects("transfers.book", "t1"), 0);
+  EXPECT_EQ(Outcomes("transfers.book", "t1"), (Strings{"accepted", "repeat"}));
+}
+
+// Once ready, the first lookup writes the one effect row and answers
+// applied; later lookups and a repeated call answer that same result.
+TEST_F(TravelProviderTest, TheSlowProvidersFirstLookupOnceReadyAppliesItOnce) {
+  options_.confirm_delay_ms = 0;  // ready at once
+  ASSERT_TRUE(Register());
+  ASSERT_EQ(Invoke("transfers.book", "t1", kTransferArgs).kind, OutcomeKind::kAccepted);
+  LookupOutcome done = Lookup("transfers.book", "t1");
+  ASSERT_EQ(done.kind, LookupKind::kApplied) << done.error;
+  EXPECT_EQ(done.result["pickup"], "Airport Tokyo");
+  EXPECT_EQ(done.external_ref, done.result["transfer_id"]);
+  LookupOutcome later = Lookup("transfers.book", "t1");
+  ASSERT_EQ(later.kind, LookupKind::kApplied) << later.error;
+  EXPECT_EQ(later.result, done.result);
+  ToolOutcome repeat = Invoke("transfers.book", "t1", kTransferArgs);
+  ASSERT_EQ(repeat.kind, OutcomeKind::kSucceeded) << repeat.error;
+  EXPECT_EQ(repeat.result, done.result);
+  EXPECT_EQ(Effects("transfers.book", "t1"), 1);
+  EXPECT_EQ(Outcomes("transfers", "lookup", "t1"), (Strings{"confirmed", "applied"}));
+  // Its undo finds the confirmed transfer (no null compensation).
+  ToolOutcome undo =
+      Invoke("transfers.cancel", "t1:compensate", {{"transfer_id", done.external_ref}});
+  ASSERT_EQ(undo.kind, OutcomeKind::kSucceeded) << undo.error;
+  EXPECT_EQ(undo.result["cancelled"], true);
+  EXPECT_EQ(Effects("transfers.cancel", "t1:compensate"), 1);
+}
+
+// `decline`: taken, then refused by the provider: failed, with no effect.
+// The fault is only for a tool that accepts.
+TEST_F(TravelProviderTest, ADeclinedJobAnswersFailedWithNoEffect) {
+  options_.confirm_delay_ms = 0;
+  ASSERT_TRUE(Register({"transfers.book=decline"}));
+  ASSERT_EQ(Invoke("transfers.book", "t1", kTransferArgs).kind, OutcomeKind::kAccepted);
+  LookupOutcome refused = Lookup("transfers.book", "t1");
+  ASSERT_EQ(refused.kind, LookupKind::kFailed) << refused.error;
+  EXPECT_NE(refused.error.find("declined"), std::string::npos) << refused.error;
+  EXPECT_EQ(Effects("transfers.book", "t1"), 0);
+  ToolOutcome repeat = Invoke("transfers.book", "t1", kTransferArgs);
+  EXPECT_EQ(repeat.kind, OutcomeKind::kFailed) << repeat.error;
+  EXPECT_FALSE(repeat.retryable);
+
+  ToolRegistry other;
+  ProviderOptions o = options_;
+  o.faults = {*ParseFaultRule("hotels.book=decline")};
+  Status bad = RegisterTravelTools(other, o);
+  EXPECT_EQ(bad.code(), Code::kInvalidArgument);
+  EXPECT_NE(bad.message().find("transfers.book"), std::string::npos) << bad.ToString();
+  o.faults.clear();
+  o.confirm_delay_ms = -1;
+  EXPECT_EQ(RegisterTravelTools(other, o).code(), Code::kInvalidArgument);
 }
 
 TEST_F(TravelProviderTest, KeyHonouringActionsApplyARepeatedKeyOnce) {

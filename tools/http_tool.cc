@@ -260,6 +260,37 @@ Status ParseEndpoint(const Json& obj, const std::string& place,
   return Status::Ok();
 }
 
+// "completion": {"mode": "done"|"accepted", "window": "2h", "first_check":
+// "1s", "max_check": "5m"}: what a 2xx means (saga/completion.h). "accepted"
+// needs a status endpoint, the only way to learn how the work ended.
+Status ParseCompletion(const Json& j, const std::string& place, bool has_status,
+                       CompletionPolicy* out) {
+  if (!j.is_object()) return Bad(place, "expected an object");
+  IDEM_RETURN_IF_ERROR(OnlyFields(j, place, {"mode", "window", "first_check", "max_check"}));
+  std::string mode = "done";
+  IDEM_RETURN_IF_ERROR(OptionalString(j, "mode", place, &mode));
+  if (mode != "done" && mode != "accepted") {
+    return Bad(place + ".mode", Quote(mode) + " is not \"done\" or \"accepted\"");
+  }
+  if (mode == "accepted" && !has_status) {
+    return Bad(place + ".mode", "\"accepted\" needs a \"status\" endpoint to ask how it ended");
+  }
+  out->accepts = mode == "accepted";
+  for (const auto& [field, target] :
+       std::vector<std::pair<const char*, int64_t*>>{{"window", &out->window_ms},
+                                                     {"first_check", &out->first_check_ms},
+                                                     {"max_check", &out->max_check_ms}}) {
+    std::string text;
+    IDEM_RETURN_IF_ERROR(OptionalString(j, field, place, &text));
+    if (text.empty()) continue;
+    Result<int64_t> ms = ParseDurationMs(text, place + "." + field);
+    if (!ms.ok()) return ms.status();
+    if (*ms <= 0) return Bad(place + "." + field, "must be more than 0");
+    *target = *ms;
+  }
+  return Status::Ok();
+}
+
 Result<HttpToolConfig> ParseTool(const Json& t, const std::string& place,
                                  const std::string& base_dir) {
   if (!t.is_object()) return Bad(place, "expected an object");
@@ -277,7 +308,8 @@ Result<HttpToolConfig> ParseTool(const Json& t, const std::string& place,
                                   "key_retention",
                                   "ca_file",
                                   "client_cert",
-                                  "client_key"};
+                                  "client_key",
+                                  "completion"};
   for (const char* const* f = OpenPolicyFields(); *f != nullptr; ++f) fields.insert(*f);
   IDEM_RETURN_IF_ERROR(OnlyFields(t, place, fields));
   HttpToolConfig c;
@@ -314,6 +346,10 @@ Result<HttpToolConfig> ParseTool(const Json& t, const std::string& place,
   }
   c.info.has_status = !c.status.path.empty();
   c.info.has_preview = !c.preview.path.empty();
+  if (auto completion = t.find("completion"); completion != t.end()) {
+    IDEM_RETURN_IF_ERROR(
+        ParseCompletion(*completion, place + ".completion", c.info.has_status, &c.info.completion));
+  }
 
   if (auto honours = t.find("honours_keys"); honours != t.end()) {
     if (!honours->is_boolean()) return Bad(place + ".honours_keys", "expected true or false");
@@ -428,7 +464,21 @@ std::string RefOf(const Json& v) {
   return "";
 }
 
-ToolOutcome ClassifyCommit(const std::string& what, const Exchange& x) {
+// The provider's Retry-After in ms when it gives whole seconds (RFC 9110
+// also allows an HTTP date, which is ignored: the tool's own backoff then
+// decides); 0 when absent or not a plain number.
+int64_t RetryAfterMs(const Exchange& x) {
+  auto ra = x.headers.find("Retry-After");
+  if (ra == x.headers.end()) return 0;
+  const std::string& v = ra->second;
+  if (v.empty() || v.size() >= 9 ||
+      !std::all_of(v.begin(), v.end(), [](char ch) { return ch >= '0' && ch <= '9'; })) {
+    return 0;
+  }
+  return std::stoll(v) * 1000;
+}
+
+ToolOutcome ClassifyCommit(const std::string& what, const Exchange& x, bool accepts) {
   if (!x.answered) {
     std::string msg = what + ": " + DescribeError(x);
     if (x.too_large) {
@@ -442,6 +492,15 @@ ToolOutcome ClassifyCommit(const std::string& what, const Exchange& x) {
     return ToolOutcome::Unknown(msg + "; the request may have taken effect");
   }
   const int s = x.status;
+  if (s == 202 && accepts) {
+    // Accepted: the provider finishes later; its status endpoint says how.
+    Json body;
+    if (!x.body.empty()) {
+      Result<Json> parsed = ParseJson(x.body, what, kMaxDepth);
+      if (parsed.ok()) body = std::move(parsed).value();
+    }
+    return ToolOutcome::Accepted(RefOf(body), RetryAfterMs(x));
+  }
   if (s >= 200 && s < 300) {
     Json result;
     if (!x.body.empty()) {
@@ -493,7 +552,7 @@ class HttpTool : public Tool {
       if (!call.expected_version.empty()) headers.emplace("If-Match", call.expected_version);
       Exchange x = Send(config_.commit, ExpandKey(config_.commit.path, call.key),
                         std::move(headers), Body(call.args));
-      return ClassifyCommit(what, x);
+      return ClassifyCommit(what, x, config_.info.completion.accepts);
     } catch (const std::exception& e) {
       return ToolOutcome::Unknown(what + ": unexpected error: " + e.what());
     }
@@ -540,8 +599,20 @@ class HttpTool : public Tool {
         if (auto it = doc->find("result"); it != doc->end()) o.result = *it;
         o.external_ref = RefOf(*doc);
         if (o.external_ref.empty()) o.external_ref = RefOf(o.result);
+      } else if (status == "failed" && config_.info.completion.accepts) {
+        // An accepted call the provider finished with a refusal.
+        o.kind = LookupKind::kFailed;
+        if (auto it = doc->find("error"); it != doc->end() && it->is_string()) {
+          o.error = it->get<std::string>();
+        }
       } else if (status == "not_found" || status == "not_applied" || status == "failed") {
         o.kind = LookupKind::kNotApplied;
+      } else if (status == "pending" || status == "processing" || status == "in_progress") {
+        // The provider holds the key and has not finished (not an error);
+        // its Retry-After, if any, sets the next check.
+        o.kind = LookupKind::kPending;
+        o.external_ref = RefOf(*doc);
+        o.check_after_ms = RetryAfterMs(x);
       } else {
         o.error = what + ": status " + Quote(status) + " (still in flight?); ask again later";
       }

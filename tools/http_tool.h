@@ -14,9 +14,12 @@
 // "headers" (extra request headers, e.g. an Authorization for the provider),
 // "timeout_ms" (10000), "connect_timeout_ms" (1000), "key_retention" (how
 // long the provider keeps idempotency keys, "24h" or seconds; the spec
-// checker refuses steps whose waits outlive it, saga/step_key.h) and, for
+// checker refuses steps whose waits outlive it, saga/step_key.h), for
 // https, "ca_file", "client_cert" and "client_key" (tools/http_tls.h:
-// certificates are always verified, chain and host name) are optional. Unknown
+// certificates are always verified, chain and host name) and "completion"
+// are optional: {"mode": "done"|"accepted", "window": "2h", "first_check":
+// "5s", "max_check": "5m"} says what a 2xx means (saga/completion.h);
+// "accepted" needs "status", and durations are digits and s|m|h|d. Unknown
 // fields are errors, so a typo never silently drops a setting. A path starts
 // with "/" and may contain "{key}", replaced by the percent-encoded
 // idempotency key. Methods: commit POST, PUT, PATCH or DELETE (default POST);
@@ -32,6 +35,10 @@
 //
 //   answer                                       outcome
 //   -------------------------------------------  ---------------------------
+//   202, completion mode "accepted"              accepted: the provider finishes
+//                                                later (reference = "external_ref"
+//                                                or "id" of the body; Retry-After
+//                                                seconds: the first check's delay)
 //   2xx                                          succeeded (result = body JSON,
 //                                                external_ref = "external_ref"
 //                                                or "id" of the body)
@@ -59,10 +66,12 @@
 //
 // Lookup (only with "status") asks GET status.path and answers:
 //   200 {"status": "applied"|"succeeded", "result": ...}   applied
+//   200 {"status": "failed", "error": ...}, mode accepted  failed (a definite refusal)
 //   200 {"status": "not_found"|"not_applied"|"failed"}     not applied
+//   200 {"status": "pending"|"processing"|"in_progress"}   pending (not an error)
 //   404 with a JSON body                                   not applied
 //   anything else (a bare 404 included, so that a mistyped status path never
-//   reads as "not applied"; "pending"/"in_flight")        error
+//   reads as "not applied"; "in_flight")                  error
 //
 // Preview (only with "preview") sends the args like Invoke, without the
 // idempotency headers (a preview has no effect, and a provider that guards

@@ -1,6 +1,8 @@
 #include "tools/tool.h"
 
 #include <algorithm>
+#include <cctype>
+#include <limits>
 
 namespace idem {
 
@@ -35,8 +37,34 @@ const char* OutcomeKindName(OutcomeKind k) {
       return "failed";
     case OutcomeKind::kUnknown:
       return "unknown";
+    case OutcomeKind::kAccepted:
+      return "accepted";
   }
   return "unknown";
+}
+
+const char* LookupKindName(LookupKind k) {
+  switch (k) {
+    case LookupKind::kApplied:
+      return "applied";
+    case LookupKind::kNotApplied:
+      return "not_applied";
+    case LookupKind::kError:
+      return "error";
+    case LookupKind::kPending:
+      return "pending";
+    case LookupKind::kFailed:
+      return "failed";
+  }
+  return "error";
+}
+
+ToolOutcome ToolOutcome::Accepted(std::string provider_ref, int64_t check_after_ms) {
+  ToolOutcome o;
+  o.kind = OutcomeKind::kAccepted;
+  o.external_ref = std::move(provider_ref);
+  o.check_after_ms = check_after_ms;
+  return o;
 }
 
 ToolOutcome ToolOutcome::Succeeded(Json result, std::string external_ref) {
@@ -81,13 +109,29 @@ LookupOutcome Tool::Lookup(const std::string& /*key*/) {
   return o;
 }
 
-FunctionTool::FunctionTool(ToolInfo info, InvokeFn invoke, LookupFn lookup, PreviewFn preview)
+Result<std::vector<ProviderEffect>> Tool::ListEffects(int64_t /*since_ms*/) {
+  return Status::FailedPrecondition("tool " + info().name + " cannot list its effects");
+}
+
+FunctionTool::FunctionTool(ToolInfo info, InvokeFn invoke, LookupFn lookup, PreviewFn preview,
+                           ListFn list)
     : info_(std::move(info)),
       invoke_(std::move(invoke)),
       lookup_(std::move(lookup)),
-      preview_(std::move(preview)) {
+      preview_(std::move(preview)),
+      list_(std::move(list)) {
   info_.has_status = static_cast<bool>(lookup_);
   info_.has_preview = static_cast<bool>(preview_);
+  info_.has_list = static_cast<bool>(list_);
+}
+
+Result<std::vector<ProviderEffect>> FunctionTool::ListEffects(int64_t since_ms) {
+  if (!list_) return Tool::ListEffects(since_ms);
+  try {
+    return list_(since_ms);
+  } catch (const std::exception& e) {
+    return Status::Unavailable(std::string("effect list threw: ") + e.what());
+  }
 }
 
 PreviewOutcome FunctionTool::Preview(const ToolCall& call) {

@@ -8,6 +8,9 @@
 //   failed     a definite refusal: the effect did not happen
 //   unknown    the call may or may not have taken effect (timeout, lost
 //              response); idem resolves it, never turns it into a fresh call
+//   accepted   the provider took the request and will finish it later (HTTP
+//              202): the step is `processing` until its status lookup says
+//              how it ended (ToolInfo::completion, saga/completion.h)
 //
 // Thread safety: a Tool may be called from several threads at once, each call
 // for a different key. ToolRegistry is safe for concurrent lookups once all
@@ -36,6 +39,22 @@ enum class EffectClass {
 };
 const char* EffectClassName(EffectClass c);
 Result<EffectClass> ParseEffectClass(const std::string& name);
+
+/// What a 2xx (a success answer) of the tool means, and how long idem waits
+/// for an accepted call to finish (saga/completion.h polls its status).
+struct CompletionPolicy {
+  /// True: the tool may answer `accepted` (the provider finishes later; HTTP
+  /// 202). False (the default): a success answer means done, and only a
+  /// status lookup answering `pending` makes a step wait.
+  bool accepts = false;
+  /// How long after the accepted answer (or the first `pending`) idem keeps
+  /// asking; past it the step parks (park code `completion_window`).
+  int64_t window_ms = 3'600'000;
+  /// The first check's delay when the provider suggests none, and the cap of
+  /// the full-jitter exponential backoff between checks.
+  int64_t first_check_ms = 1'000;
+  int64_t max_check_ms = 300'000;
+};
 
 /// How an open saga (saga/open_saga.h) calls a tool outside a spec: what a
 /// spec step would say, declared once in the registry (the in-process
@@ -77,6 +96,11 @@ struct ToolInfo {
   /// use (Stripe: 24 h); 0 when not declared (not checked). The spec
   /// checker refuses a step whose waits can outlive it (saga/step_key.h).
   int64_t key_retention_ms = 0;
+  /// What a success answer means (done, or accepted and finished later).
+  CompletionPolicy completion;
+  /// The tool can list the effects its provider holds (Tool::ListEffects),
+  /// so the drift job (saga/reconcile.h) can find effects the journal lacks.
+  bool has_list = false;
   std::string description;
   OpenCallPolicy open;  ///< how an open saga calls it
 };
@@ -105,7 +129,7 @@ struct PreviewOutcome {
   bool retryable = false;         ///< when !ok: a transient failure
 };
 
-enum class OutcomeKind { kSucceeded, kFailed, kUnknown };
+enum class OutcomeKind { kSucceeded, kFailed, kUnknown, kAccepted };
 const char* OutcomeKindName(OutcomeKind k);
 
 /// The outcome of a call.
@@ -119,8 +143,14 @@ struct ToolOutcome {
   /// Succeeded only: the provider answered with what it had stored for this
   /// key (an earlier call had applied it; HTTP: `Idempotent-Replayed: true`).
   bool replayed = false;
+  /// Accepted only: when the provider suggests asking again (HTTP
+  /// Retry-After); 0: the tool's CompletionPolicy::first_check_ms.
+  int64_t check_after_ms = 0;
 
   static ToolOutcome Succeeded(Json result, std::string external_ref = "");
+  /// The provider took the call and finishes it later; `provider_ref` is its
+  /// reference for the work (kept as the step's external_ref meanwhile).
+  static ToolOutcome Accepted(std::string provider_ref = "", int64_t check_after_ms = 0);
   static ToolOutcome Failed(std::string error, bool retryable);
   static ToolOutcome Unknown(std::string error);
   static ToolOutcome Stale(std::string error);
@@ -131,12 +161,24 @@ enum class LookupKind {
   kApplied,     ///< the key took effect; result attached
   kNotApplied,  ///< the provider has no effect under this key
   kError,       ///< the lookup itself failed; ask again later
+  kPending,     ///< the provider holds the key and has not finished it yet
+  kFailed,      ///< the provider finished the key with a definite failure
 };
+const char* LookupKindName(LookupKind k);
 struct LookupOutcome {
   LookupKind kind = LookupKind::kError;
   Json result;
   std::string external_ref;
   std::string error;
+  /// kPending: when the provider suggests asking again; 0: no suggestion.
+  int64_t check_after_ms = 0;
+};
+
+/// One effect a provider holds (Tool::ListEffects): its idempotency key and
+/// the provider's reference.
+struct ProviderEffect {
+  std::string key;
+  std::string external_ref;
 };
 
 /// A named operation. Implementations translate their own exceptions into
@@ -150,6 +192,10 @@ class Tool {
   virtual LookupOutcome Lookup(const std::string& key);
   /// Only called when info().has_preview. The default answers !ok.
   virtual PreviewOutcome Preview(const ToolCall& call);
+  /// Only called when info().has_list: the keys of the effects the provider
+  /// holds that were applied at or after `since_ms`. The default answers
+  /// kFailedPrecondition.
+  virtual Result<std::vector<ProviderEffect>> ListEffects(int64_t since_ms);
 };
 
 /// A tool made of functions, for programs that embed idem.
@@ -158,20 +204,23 @@ class FunctionTool : public Tool {
   using InvokeFn = std::function<ToolOutcome(const ToolCall&)>;
   using LookupFn = std::function<LookupOutcome(const std::string& key)>;
   using PreviewFn = std::function<PreviewOutcome(const ToolCall&)>;
-  /// info.has_status and info.has_preview follow whether `lookup` and
-  /// `preview` are set.
+  using ListFn = std::function<Result<std::vector<ProviderEffect>>(int64_t since_ms)>;
+  /// info.has_status, info.has_preview and info.has_list follow whether
+  /// `lookup`, `preview` and `list` are set.
   FunctionTool(ToolInfo info, InvokeFn invoke, LookupFn lookup = nullptr,
-               PreviewFn preview = nullptr);
+               PreviewFn preview = nullptr, ListFn list = nullptr);
   const ToolInfo& info() const override { return info_; }
   ToolOutcome Invoke(const ToolCall& call) override;
   LookupOutcome Lookup(const std::string& key) override;
   PreviewOutcome Preview(const ToolCall& call) override;
+  Result<std::vector<ProviderEffect>> ListEffects(int64_t since_ms) override;
 
  private:
   ToolInfo info_;
   InvokeFn invoke_;
   LookupFn lookup_;
   PreviewFn preview_;
+  ListFn list_;
 };
 
 /// Names tools. Owns them.

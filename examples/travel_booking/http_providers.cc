@@ -110,6 +110,9 @@ bool SocketEnds(int fd, std::string* peer_addr, int* peer_port, int* local_port)
   return true;
 }
 
+/// Whole seconds for Retry-After, rounded up: never ask before it is ready.
+int64_t RetryAfterSeconds(int64_t ms) { return std::max<int64_t>(0, (ms + 999) / 1000); }
+
 /// The in-process outcome of a commit as an HTTP answer (see the header).
 void AnswerOutcome(const ToolOutcome& outcome, httplib::Response& res) {
   switch (outcome.kind) {
@@ -136,6 +139,10 @@ void AnswerOutcome(const ToolOutcome& outcome, httplib::Response& res) {
       return;
     case OutcomeKind::kUnknown:
       Problem(res, 500, kProblemUnknown, "The outcome is unknown", outcome.error);
+      return;
+    case OutcomeKind::kAccepted:
+      JsonAnswer(res, 202, {{"id", outcome.external_ref}, {"status", "pending"}});
+      res.set_header("Retry-After", std::to_string(RetryAfterSeconds(outcome.check_after_ms)));
       return;
   }
 }
@@ -171,8 +178,8 @@ bool HasKeyLayer(const std::string& provider) {
 
 std::vector<HttpRoute> TravelHttpRoutes() {
   // The table of providers.h: which tools answer lookups and previews.
-  static const std::set<std::string> with_status = {"flights.reserve", "hotels.book",
-                                                    "hotels.cancel", "payments.charge"};
+  static const std::set<std::string> with_status = {
+      "flights.reserve", "hotels.book", "hotels.cancel", "payments.charge", "transfers.book"};
   static const std::set<std::string> with_preview = {"flights.reserve", "payments.charge"};
   std::vector<HttpRoute> routes;
   for (const std::string& tool : TravelToolNames()) {
@@ -259,6 +266,7 @@ Status HttpProviders::Init() {
     ProviderOptions clean;
     clean.ledger_path = options_.ledger_path;
     clean.latency_ms = options_.latency_ms;
+    clean.confirm_delay_ms = options_.confirm_delay_ms;
     auto registry = std::make_unique<ToolRegistry>();
     IDEM_RETURN_IF_ERROR(RegisterTravelTools(*registry, clean));
     registries_[""] = std::move(registry);
@@ -276,6 +284,12 @@ Status HttpProviders::Init() {
                                      "\": the tool has no preview (reprice applies to "
                                      "flights.reserve and payments.charge)");
     }
+    if (rule.mode == "decline") {
+      return Status::InvalidArgument(
+          "fault decline for \"" + rule.tool +
+          "\": the HTTP providers do not inject it (run the slow provider in-process, "
+          "travel-booking --fault transfers.book=decline)");
+    }
     std::string mode = rule.mode == "fail_times" ? "fail" : rule.mode;
     if (FrontDoorModes().count(mode) != 0 || mode == "reprice") modes.insert(mode);
   }
@@ -283,6 +297,7 @@ Status HttpProviders::Init() {
     ProviderOptions faulty;
     faulty.ledger_path = options_.ledger_path;
     faulty.latency_ms = options_.latency_ms;
+    faulty.confirm_delay_ms = options_.confirm_delay_ms;
     for (const std::string& tool : names) {
       if (mode == "reprice" && !clean.Find(tool)->info().has_preview) continue;
       FaultRule rule;
@@ -458,6 +473,13 @@ void HttpProviders::Lookup(Route& route, const httplib::Request& req, httplib::R
         return;
       case LookupKind::kNotApplied:
         JsonAnswer(res, 404, {{"status", "not_applied"}, {"key", key}});
+        return;
+      case LookupKind::kPending:
+        JsonAnswer(res, 200, {{"status", "pending"}, {"id", o.external_ref}});
+        res.set_header("Retry-After", std::to_string(RetryAfterSeconds(o.check_after_ms)));
+        return;
+      case LookupKind::kFailed:
+        JsonAnswer(res, 200, {{"status", "failed"}, {"error", o.error}});
         return;
       case LookupKind::kError:
         Problem(res, 503, kProblemUnavailable, "The lookup failed", o.error);

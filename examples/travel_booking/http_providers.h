@@ -1,6 +1,6 @@
 #pragma once
 // The simulated travel providers of providers.h as real HTTP servers: one
-// cpp-httplib server on one port serves all eight tools, each route calling
+// cpp-httplib server on one port serves all ten tools, each route calling
 // the in-process tool (Invoke, Lookup, Preview) over the same SQLite ledger.
 // An idem process reaches them through HTTP tools (tools/http_tool.h, the
 // tools file examples/travel_booking/tools.http.json), so every failure of a
@@ -19,7 +19,7 @@
 //                                              barriers and already-applied
 //                                              keys are seen as in-process
 //   GET  /healthz                              200 {"ok": true}
-//   GET  /tools                                the eight tools and their routes
+//   GET  /tools                                the ten tools and their routes
 //
 // Answers (chosen so that tools/http_tool.cc classifies each as the
 // in-process outcome):
@@ -33,9 +33,14 @@
 //   stale (If-Match no longer holds)   412 problem+json ...stale
 //   unknown (a ledger commit error,    500 problem+json (the client resolves it
 //     a failpoint `err`)                 through the status lookup)
+//   accepted (transfers.book)          202 {"id": JOB, "status": "pending"},
+//                                      Retry-After: the seconds until done
 //   lookup: applied / not applied      200 {"status": "applied", "result",
 //                                      "external_ref"} / 404 {"status":
 //                                      "not_applied"}; ledger error 503
+//   lookup: pending / failed           200 {"status": "pending", "id"} with
+//                                      Retry-After / 200 {"status": "failed",
+//                                      "error"} (a declined job)
 //   preview ok / refused               200 {"summary", "changes",
 //                                      "resource_version"} / 422 (503 when
 //                                      retryable)
@@ -106,7 +111,7 @@ struct HttpRoute {
   std::string purpose;  ///< "commit", "status" or "preview"
 };
 
-/// Every route of the eight tools, commit routes first per tool.
+/// Every route of the ten tools, commit routes first per tool.
 std::vector<HttpRoute> TravelHttpRoutes();
 
 /// Parses `TOOL=MODE[@N]`: the modes of ParseFaultRule plus drop_connection.
@@ -118,6 +123,8 @@ struct HttpProviderOptions {
   /// The key store of the IdempotencyLayer; "": `<ledger_path>.keys.sqlite`.
   std::string keys_path;
   int latency_ms = 0;  ///< slept in every commit (not lookups, previews)
+  /// ProviderOptions::confirm_delay_ms of the slow provider (transfers.book).
+  int64_t confirm_delay_ms = ProviderOptions().confirm_delay_ms;
   std::vector<FaultRule> faults;
   /// How long a lose_response answer is withheld before the connection is
   /// closed; must exceed the client's read timeout (tools file timeout_ms).

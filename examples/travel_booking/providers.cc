@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <mutex>
 #include <sstream>
+#include <stdexcept>
 #include <thread>
 #include <utility>
 
@@ -53,6 +54,16 @@ CREATE TABLE IF NOT EXISTS versions(
   resource TEXT NOT NULL,
   version INTEGER NOT NULL,
   PRIMARY KEY(provider, resource));
+CREATE TABLE IF NOT EXISTS acceptances(
+  provider TEXT NOT NULL,
+  operation TEXT NOT NULL,
+  idempotency_key TEXT NOT NULL,
+  args TEXT NOT NULL,
+  job_id TEXT NOT NULL,
+  accepted_ms INTEGER NOT NULL,
+  ready_ms INTEGER NOT NULL,
+  outcome TEXT NOT NULL,
+  PRIMARY KEY(provider, operation, idempotency_key));
 )sql";
 
 Status FromSqlite(const SQLite::Exception& e, const std::string& what) {
@@ -207,6 +218,28 @@ Result<std::vector<LedgerCall>> Ledger::Calls() const {
     return out;
   } catch (const SQLite::Exception& e) {
     return FromSqlite(e, "read calls");
+  }
+}
+
+Result<std::vector<LedgerJob>> Ledger::Jobs() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  try {
+    SQLite::Statement q(*impl_->db,
+                        "SELECT provider, operation, idempotency_key, job_id, outcome "
+                        "FROM acceptances ORDER BY provider, operation, idempotency_key");
+    std::vector<LedgerJob> out;
+    while (q.executeStep()) {
+      LedgerJob j;
+      j.provider = q.getColumn(0).getString();
+      j.operation = q.getColumn(1).getString();
+      j.idempotency_key = q.getColumn(2).getString();
+      j.job_id = q.getColumn(3).getString();
+      j.outcome = q.getColumn(4).getString();
+      out.push_back(std::move(j));
+    }
+    return out;
+  } catch (const SQLite::Exception& e) {
+    return FromSqlite(e, "ledger jobs");
   }
 }
 
@@ -377,7 +410,8 @@ Result<FaultRule> ParseFaultRule(const std::string& text) {
   auto bad = [&](const std::string& why) {
     return Status::InvalidArgument("fault \"" + text + "\": " + why +
                                    " (expected TOOL=MODE[@N], MODE one of fail, fail_times(K), "
-                                   "reject, lose_request, lose_response, delay(MS), reprice)");
+                                   "reject, lose_request, lose_response, delay(MS), reprice, "
+                                   "decline)");
   };
   auto eq = text.find('=');
   if (eq == std::string::npos || eq == 0) return bad("no TOOL=");
@@ -402,7 +436,7 @@ Result<FaultRule> ParseFaultRule(const std::string& text) {
     return bad(mode + " needs an argument, e.g. " + mode + "(2)");
   }
   if (mode != "fail" && mode != "fail_times" && mode != "reject" && mode != "lose_request" &&
-      mode != "lose_response" && mode != "delay" && mode != "reprice") {
+      mode != "lose_response" && mode != "delay" && mode != "reprice" && mode != "decline") {
     return bad(mode.empty() ? "no mode" : "unknown mode \"" + mode + "\"");
   }
   if (mode == "fail_times" && rule.nth != 0) return bad("fail_times(K) takes no @N");
@@ -427,10 +461,11 @@ struct ToolDef {
   const char* undoes;     ///< compensation: the action operation it undoes
   const char* ref_field;  ///< the result field that is the external reference
   const char* description;
+  bool accepts = false;  ///< a slow provider: answers Accepted, finishes later
 };
 
 // clang-format off
-constexpr std::array<ToolDef, 8> kTools = {{
+constexpr std::array<ToolDef, 10> kTools = {{
 //  provider    operation  effect                   keys   status preview role                undoes    ref_field
   {"flights",  "reserve", EffectClass::kWrite,      true,  true,  true,  Role::kAction,       "",       "reservation_id",
    "Reserve a flight. Honours idempotency keys; answers status lookups and previews "
@@ -450,6 +485,11 @@ constexpr std::array<ToolDef, 8> kTools = {{
    "lookups and previews (versioned by the traveller's account)."},
   {"payments", "refund",  EffectClass::kIdempotent, true,  false, false, Role::kCompensation, "charge",  "refund_id",
    "Refund a charge: {charge_id, amount_cents}."},
+  {"transfers", "book",   EffectClass::kWrite,      true,  true,  false, Role::kAction,       "",       "transfer_id",
+   "Book an airport transfer: {traveller, city, date}. A slow provider: takes the call at once "
+   "and confirms it a few seconds later (ask its status). Honours idempotency keys.", true},
+  {"transfers", "cancel", EffectClass::kIdempotent, true,  false, false, Role::kCompensation, "book",    "transfer_id",
+   "Cancel an airport transfer: {transfer_id}."},
 }};
 // clang-format on
 
@@ -612,7 +652,14 @@ Result<Json> MakeResult(const ToolDef& def, const Json& args, const Json& action
     if (!amount.ok()) return amount.status();
     return Json{{"charge_id", ShortId("CH-")}, {"amount_cents", *amount}, {"currency", currency}};
   }
-  if (tool == "flights.cancel" || tool == "hotels.cancel") {
+  if (tool == "transfers.book") {
+    return Json{{"transfer_id", ShortId("TR-")},
+                {"pickup", "Airport " + Text(args, "city", "Tokyo")},
+                {"date", Text(args, "date", "")},
+                {"traveller", Text(args, "traveller", "")},
+                {"price", {{"amount_cents", 4'500}, {"currency", currency}}}};
+  }
+  if (tool == "flights.cancel" || tool == "hotels.cancel" || tool == "transfers.cancel") {
     return Json{{"cancelled", true}, {def.ref_field, Pick(args, action_result, def.ref_field)}};
   }
   if (tool == "cars.return") {
@@ -636,13 +683,22 @@ std::string RefOf(const ToolDef& def, const Json& result) {
 class ProviderTool : public Tool {
  public:
   ProviderTool(const ToolDef& def, std::shared_ptr<Ledger> ledger, const ProviderOptions& options)
-      : def_(def), ledger_(std::move(ledger)), latency_ms_(options.latency_ms) {
+      : def_(def),
+        ledger_(std::move(ledger)),
+        latency_ms_(options.latency_ms),
+        confirm_delay_ms_(options.confirm_delay_ms) {
     info_.name = ToolName(def);
     info_.effect = def.effect;
     info_.honours_keys = def.honours_keys;
     info_.has_status = def.has_status;
     info_.has_preview = def.has_preview;
     info_.description = def.description;
+    if (def.accepts) {
+      info_.completion.accepts = true;
+      info_.completion.window_ms = 30 * 60'000;
+      info_.completion.first_check_ms = 1'000;
+      info_.completion.max_check_ms = 10'000;
+    }
     // Called outside a spec (an open saga, saga/open_saga.h): the provider's
     // undo, with the action's reference from its result.
     for (const ToolDef& undo : kTools) {
@@ -687,6 +743,7 @@ class ProviderTool : public Tool {
     }
     const bool lose_response = mode == "lose_response";
     const bool reprice = mode == "reprice";
+    const bool decline = mode == "decline";
 
     if (!call.args.is_null() && !call.args.is_object()) {
       LogCall(call.key, "error");
@@ -695,7 +752,8 @@ class ProviderTool : public Tool {
     const Json args = call.args.is_null() ? Json::object() : call.args;
     bool new_effect = false;  // an effect row was committed by this call
     ToolOutcome outcome =
-        def_.role == Role::kAction
+        def_.accepts ? Accept(call.key, args, decline, lose_response)
+        : def_.role == Role::kAction
             ? Act(call.key, args, call.expected_version, reprice, lose_response, &new_effect)
             : Compensate(call.key, args, lose_response, &new_effect);
     if (new_effect && outcome.kind == OutcomeKind::kSucceeded) {
@@ -711,6 +769,7 @@ class ProviderTool : public Tool {
   LookupOutcome Lookup(const std::string& key) override {
     LookupOutcome out;
     if (!def_.has_status) return Tool::Lookup(key);
+    if (def_.accepts) return LookupAccepted(key);
     auto& impl = LedgerAccess::Of(*ledger_);
     std::lock_guard<std::mutex> lock(impl.mu);
     try {
@@ -784,6 +843,14 @@ class ProviderTool : public Tool {
  private:
   using Impl = LedgerAccess::Impl;
 
+  /// Binds (this provider, `operation`, `key`) to parameters first..first+2.
+  void BindKey(SQLite::Statement& q, int first, const std::string& operation,
+               const std::string& key) const {
+    q.bind(first, def_.provider);
+    q.bind(first + 1, operation);
+    q.bind(first + 2, key);
+  }
+
   const FaultRule* FaultFor(int n) const {
     for (const auto& rule : faults_) {
       if (rule.mode == "fail_times") {
@@ -801,9 +868,7 @@ class ProviderTool : public Tool {
                         "SELECT result FROM effects "
                         "WHERE provider = ? AND operation = ? AND idempotency_key = ? "
                         "ORDER BY id LIMIT 1");
-    q.bind(1, def_.provider);
-    q.bind(2, operation);
-    q.bind(3, key);
+    BindKey(q, 1, operation, key);
     if (!q.executeStep()) return false;
     *result = Json::parse(q.getColumn(0).getString());
     return true;
@@ -828,9 +893,7 @@ class ProviderTool : public Tool {
     SQLite::Statement q(*impl.db,
                         "INSERT INTO effects(provider, operation, idempotency_key, applied_at, "
                         "args, result) VALUES (?, ?, ?, ?, ?, ?)");
-    q.bind(1, def_.provider);
-    q.bind(2, def_.operation);
-    q.bind(3, key);
+    BindKey(q, 1, def_.operation, key);
     q.bind(4, NowText());
     q.bind(5, CanonicalJson(args));
     q.bind(6, CanonicalJson(result));
@@ -962,9 +1025,137 @@ class ProviderTool : public Tool {
     });
   }
 
+  /// A job the slow provider took (the acceptances table).
+  struct Acceptance {
+    Json args;
+    std::string job_id;
+    int64_t ready_ms = 0;
+    std::string outcome;  ///< pending, done, declined
+  };
+
+  /// Caller holds mu.
+  bool FindAcceptance(Impl& impl, const std::string& key, Acceptance* a) {
+    SQLite::Statement q(*impl.db,
+                        "SELECT args, job_id, ready_ms, outcome FROM acceptances "
+                        "WHERE provider = ? AND operation = ? AND idempotency_key = ?");
+    BindKey(q, 1, def_.operation, key);
+    if (!q.executeStep()) return false;
+    a->args = Json::parse(q.getColumn(0).getString());
+    a->job_id = q.getColumn(1).getString();
+    a->ready_ms = q.getColumn(2).getInt64();
+    a->outcome = q.getColumn(3).getString();
+    return true;
+  }
+
+  /// Caller holds mu.
+  void SetAcceptanceOutcome(Impl& impl, const std::string& key, const char* outcome) {
+    SQLite::Statement q(*impl.db,
+                        "UPDATE acceptances SET outcome = ? "
+                        "WHERE provider = ? AND operation = ? AND idempotency_key = ?");
+    q.bind(1, outcome);
+    BindKey(q, 2, def_.operation, key);
+    q.exec();
+  }
+
+  /// The slow provider takes a call: a job row, no effect yet (the first
+  /// status lookup once it is ready writes the effect). A repeated key is
+  /// answered from the ledger, never a second job.
+  ToolOutcome Accept(const std::string& key, const Json& args, bool decline, bool lose_response) {
+    return InTransaction([&](Impl& impl) {
+      if (IsBarredIn(impl, key)) {
+        InsertCall(impl, def_.operation, key, Tag("refused_after_compensation", lose_response));
+        return ToolOutcome::Failed("action arrived after its compensation", false);
+      }
+      Json first;
+      if (FirstEffect(impl, def_.operation, key, &first)) {
+        InsertCall(impl, def_.operation, key, Tag("repeat", lose_response));
+        return ToolOutcome::Succeeded(first, RefOf(def_, first));
+      }
+      const int64_t now = SystemClock::Get()->NowMs();
+      Acceptance taken;
+      if (FindAcceptance(impl, key, &taken)) {
+        InsertCall(impl, def_.operation, key, Tag("repeat", lose_response));
+        if (taken.outcome == "declined" && now >= taken.ready_ms) {
+          return ToolOutcome::Failed(info_.name + ": the provider declined job " + taken.job_id,
+                                     false);
+        }
+        return ToolOutcome::Accepted(taken.job_id, std::max<int64_t>(taken.ready_ms - now, 0));
+      }
+      Result<Json> result = MakeResult(def_, args, nullptr);  // refuse bad args now
+      if (!result.ok()) {
+        InsertCall(impl, def_.operation, key, Tag("rejected", lose_response));
+        return ToolOutcome::Failed(info_.name + ": " + result.status().message(), false);
+      }
+      const std::string job = ShortId("JOB-");
+      SQLite::Statement q(
+          *impl.db,
+          "INSERT INTO acceptances(provider, operation, idempotency_key, args, "
+          "job_id, accepted_ms, ready_ms, outcome) VALUES (?, ?, ?, ?, ?, ?, ?, ?)");
+      BindKey(q, 1, def_.operation, key);
+      q.bind(4, CanonicalJson(args));
+      q.bind(5, job);
+      q.bind(6, static_cast<int64_t>(now));
+      q.bind(7, static_cast<int64_t>(now + confirm_delay_ms_));
+      q.bind(8, decline ? "declined" : "pending");
+      q.exec();
+      InsertCall(impl, def_.operation, key, Tag("accepted", lose_response));
+      return ToolOutcome::Accepted(job, confirm_delay_ms_);
+    });
+  }
+
+  /// The slow provider's status: pending until the job is ready, then done
+  /// (the effect row is written by the first lookup after it) or declined.
+  LookupOutcome LookupAccepted(const std::string& key) {
+    LookupOutcome out;
+    auto& impl = LedgerAccess::Of(*ledger_);
+    std::lock_guard<std::mutex> lock(impl.mu);
+    try {
+      SQLite::Transaction tx(*impl.db, SQLite::TransactionBehavior::IMMEDIATE);
+      Json first;
+      Acceptance job;
+      const int64_t now = SystemClock::Get()->NowMs();
+      if (FirstEffect(impl, def_.operation, key, &first)) {
+        InsertCall(impl, "lookup", key, "applied");
+        out.kind = LookupKind::kApplied;
+        out.result = first;
+        out.external_ref = RefOf(def_, first);
+      } else if (!FindAcceptance(impl, key, &job)) {
+        InsertCall(impl, "lookup", key, "not_applied");
+        out.kind = LookupKind::kNotApplied;
+      } else if (now < job.ready_ms) {
+        InsertCall(impl, "lookup", key, "pending");
+        out.kind = LookupKind::kPending;
+        out.external_ref = job.job_id;
+        out.check_after_ms = job.ready_ms - now;
+      } else if (job.outcome == "declined" || IsBarredIn(impl, key)) {
+        // Declined by the provider, or cancelled before it was confirmed.
+        SetAcceptanceOutcome(impl, key, "declined");
+        InsertCall(impl, "lookup", key, "declined");
+        out.kind = LookupKind::kFailed;
+        out.error = "job " + job.job_id + " declined: no transfer available";
+      } else {
+        Result<Json> result = MakeResult(def_, job.args, nullptr);
+        if (!result.ok()) throw std::runtime_error(result.status().message());
+        InsertEffect(impl, key, job.args, *result);
+        SetAcceptanceOutcome(impl, key, "done");
+        InsertCall(impl, "lookup", key, "confirmed");
+        out.kind = LookupKind::kApplied;
+        out.result = *result;
+        out.external_ref = RefOf(def_, *result);
+      }
+      tx.commit();
+    } catch (const std::exception& e) {
+      out = LookupOutcome();
+      out.kind = LookupKind::kError;
+      out.error = std::string("ledger: ") + e.what();
+    }
+    return out;
+  }
+
   const ToolDef& def_;
   std::shared_ptr<Ledger> ledger_;
   int latency_ms_;
+  int64_t confirm_delay_ms_;
   std::vector<FaultRule> faults_;
   ToolInfo info_;
   std::atomic<int> calls_{0};
@@ -988,9 +1179,14 @@ Status RegisterTravelTools(ToolRegistry& registry, const ProviderOptions& option
     if (std::find(names.begin(), names.end(), rule.tool) == names.end()) {
       return Status::InvalidArgument("fault for unknown tool \"" + rule.tool + "\"");
     }
+    auto def = std::find_if(kTools.begin(), kTools.end(),
+                            [&](const ToolDef& d) { return ToolName(d) == rule.tool; });
+    if (rule.mode == "decline" && !def->accepts) {
+      return Status::InvalidArgument("fault decline for \"" + rule.tool +
+                                     "\": the tool does not accept calls to finish later "
+                                     "(decline applies to transfers.book)");
+    }
     if (rule.mode == "reprice") {
-      auto def = std::find_if(kTools.begin(), kTools.end(),
-                              [&](const ToolDef& d) { return ToolName(d) == rule.tool; });
       if (!def->has_preview) {
         return Status::InvalidArgument("fault reprice for \"" + rule.tool +
                                        "\": the tool has no preview (reprice applies to "
@@ -999,6 +1195,9 @@ Status RegisterTravelTools(ToolRegistry& registry, const ProviderOptions& option
     }
   }
   if (options.latency_ms < 0) return Status::InvalidArgument("latency_ms must not be negative");
+  if (options.confirm_delay_ms < 0) {
+    return Status::InvalidArgument("confirm_delay_ms must not be negative");
+  }
   Result<std::shared_ptr<Ledger>> ledger = Ledger::Open(options.ledger_path);
   if (!ledger.ok()) return ledger.status();
   for (const auto& def : kTools) {

@@ -1,5 +1,5 @@
 #pragma once
-// Simulated travel providers (flights, hotels, cars, payments) as in-process
+// Simulated travel providers (flights, hotels, cars, payments, transfers) as in-process
 // idem tools, each effect recorded in a durable SQLite ledger of their own.
 //
 // The ledger stands in for the providers' databases: it is a separate file
@@ -24,6 +24,10 @@
 //   versions(provider, resource, version)
 //       the version of each resource a two-phase tool previews (see below);
 //       a resource without a row is at version 1.
+//   acceptances(provider, operation, idempotency_key, args, job_id,
+//               accepted_ms, ready_ms, outcome)
+//       the calls a slow provider took and finishes later (transfers.book,
+//       below); outcome pending, done (its effect row written) or declined.
 // The ledger runs in WAL mode with synchronous=FULL; each effect is committed
 // (with its `calls` row) before the tool answers. Several processes may share
 // one ledger file: writes take an immediate transaction and wait on a busy
@@ -39,9 +43,22 @@
 //   cars.return       idempotent  yes            no             no
 //   payments.charge   write       yes            yes            yes
 //   payments.refund   idempotent  yes            no             no
+//   transfers.book    write       yes            yes            no   accepts: finishes later
+//   transfers.cancel  idempotent  yes            no             no
 // A tool that honours keys answers a repeated key with the first result and
 // no new effect row. hotels.book and cars.rent apply a repeated key again (a
 // second row): idem must never send them a blind retry.
+//
+// A slow provider (transfers.book, an airport transfer). It takes the call
+// at once and answers Accepted (the job id, and when to ask: HTTP 202 with
+// Retry-After over the wire), and finishes it ProviderOptions::
+// confirm_delay_ms later. The acceptance is a ledger row, so the job
+// finishes whichever process asks. A status lookup before then answers
+// pending (with the time left); the first lookup after it writes the effect
+// row (outcome `done`, call outcome "confirmed") and answers applied; a
+// declined job answers failed. A repeated key is answered from the ledger:
+// accepted again while pending, the first result once done: never a second
+// job. Its completion window is 30 minutes (checks every 1 to 10 s).
 //
 // Previews and versions (two-phase calls). flights.reserve and
 // payments.charge answer Preview(call): what a commit would do, as a one-line
@@ -105,6 +122,9 @@ namespace idem::travel {
 ///                  carrying the old version is refused as stale, and a
 ///                  re-preview sees the new version. Only for tools with a
 ///                  preview (flights.reserve, payments.charge).
+///   decline        the call is taken (accepted), and the provider later
+///                  refuses it: its lookup answers failed, with no effect.
+///                  Only for a tool that accepts (transfers.book).
 /// With @N the fault hits only the N-th call of that tool (1-based);
 /// without it, every call (fail_times: the first K).
 struct FaultRule {
@@ -122,6 +142,9 @@ struct ProviderOptions {
   std::string ledger_path;  ///< created if missing
   int latency_ms = 0;       ///< slept at the start of every call (not lookups, previews)
   std::vector<FaultRule> faults;
+  /// How long the slow provider (transfers.book) takes to finish a call it
+  /// accepted; 0: done by the first status lookup.
+  int64_t confirm_delay_ms = 3'000;
 };
 
 /// One applied effect.
@@ -143,6 +166,15 @@ struct LedgerCall {
   std::string idempotency_key;
   std::string at;
   std::string outcome;  ///< see the header comment
+};
+
+/// A job the slow provider took (the acceptances table).
+struct LedgerJob {
+  std::string provider;   ///< "transfers"
+  std::string operation;  ///< "book"
+  std::string idempotency_key;
+  std::string job_id;
+  std::string outcome;  ///< pending, done or declined
 };
 
 /// A (provider, operation, key) with more than one effect row.
@@ -171,6 +203,8 @@ class Ledger {
   Result<std::vector<LedgerEffect>> Effects() const;
   /// Every call received, in order.
   Result<std::vector<LedgerCall>> Calls() const;
+  /// Every job the slow provider took, in key order.
+  Result<std::vector<LedgerJob>> Jobs() const;
   /// Effect rows under `key`, any provider and operation.
   Result<int> CountEffects(const std::string& key) const;
   /// Effect rows of `tool` ("hotels.book") under `key`.
@@ -200,12 +234,13 @@ class Ledger {
 std::string FormatEffectsTable(const std::vector<LedgerEffect>& effects);
 std::string FormatCallsTable(const std::vector<LedgerCall>& calls);
 
-/// The names of the eight travel tools.
+/// The names of the ten travel tools.
 const std::vector<std::string>& TravelToolNames();
 
-/// Opens the ledger and registers the eight tools in `registry`.
-/// InvalidArgument for a fault naming an unknown tool, or a `reprice` fault
-/// for a tool without a preview; Unavailable/Internal
+/// Opens the ledger and registers the ten tools in `registry`.
+/// InvalidArgument for a fault naming an unknown tool, a `reprice` fault
+/// for a tool without a preview, a `decline` fault for a tool that does not
+/// accept, or a negative latency or confirm delay; Unavailable/Internal
 /// when the ledger cannot be opened; Conflict when a name is taken.
 Status RegisterTravelTools(ToolRegistry& registry, const ProviderOptions& options);
 

@@ -51,7 +51,7 @@ int Main(int argc, char** argv) {
 
   CLI::App app(
       "travel-providers: the simulated travel providers (flights, hotels, cars, "
-      "payments) as HTTP servers on one port");
+      "payments, transfers) as HTTP servers on one port");
   app.add_option("--listen", listen, "HOST:PORT to serve on (port 0: any free port)")
       ->capture_default_str();
   app.add_option("--ledger", options.ledger_path, "the providers' effect ledger (SQLite)")
@@ -66,6 +66,11 @@ int Main(int argc, char** argv) {
                  "inject a fault: TOOL=MODE[@N], MODE one of fail, fail_times(K), reject, "
                  "lose_request, lose_response, drop_connection, delay(MS), reprice; repeatable")
       ->allow_extra_args(false);
+  app.add_option("--confirm-delay-ms", options.confirm_delay_ms,
+                 "how long the slow provider (transfers.book) takes to finish a call it "
+                 "accepted")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{0}, int64_t{86'400'000}));
   app.add_option("--lost-response-hold-ms", options.lost_response_hold_ms,
                  "how long a lose_response answer is withheld (past the client's timeout)")
       ->capture_default_str()
