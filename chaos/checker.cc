@@ -41,12 +41,19 @@ bool HasCompensation(const Json& spec, int index) {
 }  // namespace
 
 const std::vector<std::string>& CheckNames() {
-  static const std::vector<std::string> kNames = {"duplicate_effects",      "lost_sagas",
-                                                  "intent_key_split",       "orphan_effects",
-                                                  "missing_compensations",  "effects_left_behind",
-                                                  "missing_effects",        "unsettled_jobs",
-                                                  "not_terminal_or_parked", "parked_without_reason",
-                                                  "parked_unsettled",       "late_writes"};
+  static const std::vector<std::string> kNames = {"duplicate_effects",
+                                                  "lost_sagas",
+                                                  "intent_key_split",
+                                                  "orphan_effects",
+                                                  "missing_compensations",
+                                                  "effects_left_behind",
+                                                  "missing_effects",
+                                                  "missing_effect_rows",
+                                                  "unsettled_jobs",
+                                                  "not_terminal_or_parked",
+                                                  "parked_without_reason",
+                                                  "parked_unsettled",
+                                                  "late_writes"};
   return kNames;
 }
 
@@ -123,11 +130,21 @@ CheckResult Check(const CheckData& data, const CheckOptions& options) {
     }
   }
 
+  std::set<std::string> action_rows;  // the journal's action effects, by key
+  for (const auto& e : data.journal_effects) {
+    if (e.kind == "action") action_rows.insert(e.idempotency_key);
+  }
+
   for (const auto& s : data.sagas) {
     const std::string& id = s.summary.saga_id;
     const std::string& state = s.summary.state;
     for (const auto& st : s.steps) {
       if (!HasCompensation(s.spec, st.index)) continue;
+      if (st.state == "succeeded" && !action_rows.count(st.step_key)) {
+        add("missing_effect_rows", id,
+            "step " + st.step_id + " succeeded, but the journal has no effect row under key " +
+                st.step_key);
+      }
       const bool applied = by_key.count(st.step_key) > 0;
       const bool undone = by_key.count(st.step_key + kCompensateSuffix) > 0;
       if ((RolledBack(state) || state == "failed") && applied && !undone) {
@@ -246,6 +263,9 @@ Result<CheckData> LoadCheckData(const std::vector<std::string>& locators,
       if (!seen.insert(sum.saga_id).second) continue;
       auto rec = (*store)->LoadSaga(sum.saga_id);
       if (!rec.ok()) return rec.status();
+      auto effects = (*store)->ListEffects(sum.saga_id);
+      if (!effects.ok()) return effects.status();
+      for (auto& e : *effects) data.journal_effects.push_back(std::move(e));
       data.sagas.push_back(std::move(*rec));
     }
   }

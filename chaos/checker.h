@@ -22,6 +22,11 @@
 //                          compensated, and no undo in the ledger
 //   missing_effects        a succeeded saga whose succeeded step with a
 //                          compensation (a write) has no effect in the ledger
+//   missing_effect_rows    a succeeded step with a compensation (a write)
+//                          whose journal holds no action effect row under
+//                          its key: the journal says it happened but lost
+//                          the record a rollback, a reconciliation and an
+//                          audit read (a COMMIT reported durable and gone)
 //   unsettled_jobs         a job a slow provider took (the ledger's
 //                          acceptances) still pending when its saga has
 //                          ended: nobody asks how it ended, and the provider
@@ -83,8 +88,9 @@ struct JournalWrite {
 /// What the checker reads.
 struct CheckData {
   std::vector<storage::SagaRecord> sagas;
-  std::vector<travel::LedgerEffect> effects;  ///< every ledger's effects
-  std::vector<travel::LedgerJob> jobs;        ///< every ledger's slow-provider jobs
+  std::vector<travel::LedgerEffect> effects;           ///< every ledger's effects
+  std::vector<travel::LedgerJob> jobs;                 ///< every ledger's slow-provider jobs
+  std::vector<storage::EffectRecord> journal_effects;  ///< every saga's effect rows
   std::vector<AckedSaga> acked;
   std::vector<JournalWrite> journal_writes;  ///< empty without an audit
 };

@@ -115,9 +115,8 @@ void Runner::RunOpenCommand(const SagaPlan& saga, const Command& cmd,
                             std::vector<std::string> argv) {
   std::string out;
   if (cmd.verb == "open_begin") {
-    for (const std::string& a :
-         {"open", "begin", "--intent-key", saga.intent_key.c_str(), "--tool", "flights.reserve",
-          "--tool", "hotels.book", "--tool", "cars.rent"}) {
+    for (const char* a : {"open", "begin", "--intent-key", saga.intent_key.c_str(), "--tool",
+                          "flights.reserve", "--tool", "hotels.book", "--tool", "cars.rent"}) {
       argv.push_back(a);
     }
     Exit e = Supervise("open_begin", argv, cmd.kill_at, cmd.during, "", &out);

@@ -49,6 +49,28 @@ SagaRecord Saga(const std::string& id, const std::string& state, const std::stri
   return r;
 }
 
+// The journal's action effect rows of `saga`'s succeeded and compensated
+// steps (what the engine records with each step's outcome).
+std::vector<storage::EffectRecord> Rows(const SagaRecord& saga) {
+  std::vector<storage::EffectRecord> rows;
+  for (const auto& st : saga.steps) {
+    if (st.state != "succeeded" && st.state != "compensated") continue;
+    storage::EffectRecord e;
+    e.saga_id = saga.summary.saga_id;
+    e.step_id = st.step_id;
+    e.kind = "action";
+    e.tool = st.tool;
+    e.idempotency_key = st.step_key;
+    rows.push_back(e);
+  }
+  return rows;
+}
+
+void AddSaga(CheckData* d, const SagaRecord& saga) {
+  d->sagas.push_back(saga);
+  for (auto& e : Rows(saga)) d->journal_effects.push_back(std::move(e));
+}
+
 LedgerEffect Effect(const std::string& provider, const std::string& op, const std::string& key) {
   LedgerEffect e;
   e.provider = provider;
@@ -62,8 +84,8 @@ LedgerEffect Effect(const std::string& provider, const std::string& op, const st
 // with both effects undone, one acknowledged saga present.
 CheckData Clean() {
   CheckData d;
-  d.sagas.push_back(Saga("sg_ok", "succeeded", "succeeded"));
-  d.sagas.push_back(Saga("sg_rb", "compensated", "compensated"));
+  AddSaga(&d, Saga("sg_ok", "succeeded", "succeeded"));
+  AddSaga(&d, Saga("sg_rb", "compensated", "compensated"));
   d.effects = {Effect("flights", "reserve", "sg_ok/a"),
                Effect("hotels", "book", "sg_ok/b"),
                Effect("flights", "reserve", "sg_rb/a"),
@@ -114,7 +136,7 @@ TEST(ChaosChecker, LostSaga) {
 
 TEST(ChaosChecker, OneIntentKeyAnsweredWithTwoSagas) {
   CheckData d = Clean();
-  d.sagas.push_back(Saga("sg_twin", "succeeded", "succeeded"));
+  AddSaga(&d, Saga("sg_twin", "succeeded", "succeeded"));
   d.effects.push_back(Effect("flights", "reserve", "sg_twin/a"));
   d.effects.push_back(Effect("hotels", "book", "sg_twin/b"));
   d.acked.push_back({"sg_twin", "ik-sg_ok"});
@@ -160,6 +182,33 @@ TEST(ChaosChecker, SucceededSagaWithoutItsEffect) {
   CheckData d = Clean();
   d.effects.erase(d.effects.begin() + 1);  // sg_ok/b
   ExpectOnly(Check(d, {}), "missing_effects", 1);
+}
+
+// A step the journal calls succeeded must have its effect row: the row a
+// rollback, the drift job and an audit read. One lost with its COMMIT (a
+// batch reported durable that was not) is a finding though the ledger has
+// the effect; a read step (no compensation) is not judged.
+TEST(ChaosChecker, ASucceededStepWithoutItsJournalEffectRowIsFound) {
+  CheckData d = Clean();
+  ASSERT_EQ(d.journal_effects[1].idempotency_key, "sg_ok/b");
+  d.journal_effects.erase(d.journal_effects.begin() + 1);
+  CheckResult r = Check(d, {});
+  ExpectOnly(r, "missing_effect_rows", 1);
+  EXPECT_EQ(r.findings[0].saga_id, "sg_ok");
+  EXPECT_NE(r.findings[0].detail.find("sg_ok/b"), std::string::npos) << r.findings[0].detail;
+  // A compensation's row under the same key does not stand in for it.
+  storage::EffectRecord undo;
+  undo.saga_id = "sg_ok";
+  undo.kind = "compensation";
+  undo.idempotency_key = "sg_ok/b";
+  d.journal_effects.push_back(undo);
+  ExpectOnly(Check(d, {}), "missing_effect_rows", 1);
+  // A read (no compensation) has no row to judge.
+  d = Clean();
+  d.sagas[0].spec["steps"][1].erase("compensate");
+  d.effects.erase(d.effects.begin() + 1);
+  d.journal_effects.erase(d.journal_effects.begin() + 1);
+  EXPECT_TRUE(Check(d, {}).ok());
 }
 
 TEST(ChaosChecker, SagaNeitherTerminalNorParked) {
@@ -279,7 +328,7 @@ TEST(ChaosChecker, ABranchThatCompletedAfterASiblingFailedMustBeUndone) {
   car.state = "failed";
   car.step_key = "sg_par/c";
   s.steps.push_back(car);
-  d.sagas.push_back(s);
+  AddSaga(&d, s);
   // The hotel answered after the car failed; the journal calls it
   // compensated, the ledger has the booking and no cancel.
   d.effects.push_back(Effect("flights", "reserve", "sg_par/a"));
