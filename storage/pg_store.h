@@ -174,6 +174,9 @@ class PgStore : public Store, public KeyRecordStore, public SpecStore, public Co
   Result<std::vector<JournalEntry>> ReadJournal(const std::string& saga_id) override;
   Result<std::vector<EffectRecord>> ListEffects(const std::string& saga_id) override;
   Result<StoreGauges> ReadGauges(const GaugeQuery& query) override;
+  /// Folds saga_state_moves into saga_state_counts (migration 15); a failure
+  /// is left for the next call (the counts stay right, reading the moves).
+  void FoldStateMoves();
   int SchemaVersion() override;
   Result<std::vector<Lease>> ClaimSagas(const std::vector<std::string>& states,
                                         const std::string& owner, int64_t lease_ms,

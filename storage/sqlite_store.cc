@@ -1168,9 +1168,9 @@ Result<StoreGauges> SqliteStore::ReadGauges(const GaugeQuery& query) {
     Tx tx(c, Tx::Mode::kDeferred);  // one snapshot for both statements
     const std::vector<std::string>& details = query.detail_states;
     if (!details.empty()) {
-      // The counts from sagas_by_state_lease alone (a covering index: no
-      // saga row is read), then the details of the states asked for.
-      Stmt q = c.Get("SELECT state, COUNT(*) FROM sagas GROUP BY state");
+      // The counts the writes keep (migration 15: a row per state, however
+      // many sagas have finished), then the details of the states asked for.
+      Stmt q = c.Get("SELECT state, sagas FROM saga_state_counts WHERE sagas > 0");
       while (q->executeStep()) {
         out.by_state[q->getColumn(0).getString()].sagas = q->getColumn(1).getInt64();
       }

@@ -320,6 +320,17 @@ TEST(PgStoreTest, MigrationsRunOnceUnderConcurrentOpen) {
   EXPECT_EQ(std::to_string(kOpeners), raw.Text("SELECT COUNT(*) FROM sagas"));
 }
 
+// Takes a database back from version 15 (the kept state counts) to 14.
+void UndoVersion15(RawDb* raw) {
+  for (const char* sql :
+       {"DROP TRIGGER saga_state_counts_insert_delete ON sagas",
+        "DROP TRIGGER saga_state_counts_update ON sagas", "DROP FUNCTION idem_count_saga_state()",
+        "DROP TABLE saga_state_counts", "DROP TABLE saga_state_moves",
+        "DELETE FROM schema_migrations WHERE version = 15"}) {
+    ASSERT_EQ("", raw->Exec(sql)) << sql;
+  }
+}
+
 TEST(PgStoreTest, DatabaseWithoutVersion11GetsTheStepChecksAndDriftTables) {
   PgTestDatabase db;
   ASSERT_DB_OK(db);
@@ -352,6 +363,45 @@ TEST(PgStoreTest, DatabaseWithoutVersion11GetsTheStepChecksAndDriftTables) {
   EXPECT_EQ("effects_by_time", raw.Text("SELECT to_regclass('effects_by_time')"));
 }
 
+TEST(PgStoreTest, DatabaseWithoutVersion15CountsItsSagasAtMigration) {
+  PgTestDatabase db;
+  ASSERT_DB_OK(db);
+  {
+    std::unique_ptr<PgStore> store = MustOpen(db.Url());
+    ASSERT_NE(store, nullptr);
+    STORE_ASSERT_OK(store->CreateIntent(MakeSaga("old1", "intent-old1")));
+    STORE_ASSERT_OK(store->CreateIntent(MakeSaga("old2", "intent-old2")));
+    WriteBatch b;
+    b.saga_id = "old2";
+    b.saga_state = "succeeded";
+    STORE_ASSERT_OK(store->Commit(b));
+  }
+  RawDb raw(db.Url());
+  ASSERT_NO_FATAL_FAILURE(UndoVersion15(&raw));
+  std::unique_ptr<PgStore> store = MustOpen(db.Url());
+  ASSERT_NE(store, nullptr);
+  EXPECT_EQ(PgStore::LatestSchemaVersion(), store->SchemaVersion());
+  EXPECT_EQ("pending=1 succeeded=1",
+            raw.Text("SELECT string_agg(state || '=' || sagas, ' ' ORDER BY state)"
+                     " FROM saga_state_counts"));
+  // The writes append their moves; a read folds them into the counts.
+  WriteBatch b;
+  b.saga_id = "old1";
+  b.saga_state = "succeeded";
+  STORE_ASSERT_OK(store->Commit(b));
+  EXPECT_EQ("2", raw.Text("SELECT count(*) FROM saga_state_moves"));
+  GaugeQuery q;
+  q.detail_states = {"running"};
+  Result<StoreGauges> g = store->ReadGauges(q);
+  STORE_ASSERT_OK(g);
+  EXPECT_EQ(1u, g->by_state.size());  // pending fell to 0: no row
+  EXPECT_EQ(2, g->by_state["succeeded"].sagas);
+  EXPECT_EQ("0", raw.Text("SELECT count(*) FROM saga_state_moves"));
+  EXPECT_EQ("pending=0 succeeded=2",
+            raw.Text("SELECT string_agg(state || '=' || sagas, ' ' ORDER BY state)"
+                     " FROM saga_state_counts"));
+}
+
 TEST(PgStoreTest, Version2DatabaseIsMigratedToLeases) {
   PgTestDatabase db;
   ASSERT_DB_OK(db);
@@ -370,6 +420,7 @@ TEST(PgStoreTest, Version2DatabaseIsMigratedToLeases) {
   ASSERT_EQ("", raw.Exec("DROP TABLE open_calls"));   // nor did version 10
   ASSERT_EQ("", raw.Exec("DROP TABLE spec_owners"));  // version 7 did not exist yet either
   ASSERT_EQ("", raw.Exec("DROP INDEX sagas_by_created, sagas_by_owner"));  // nor 14
+  ASSERT_NO_FATAL_FAILURE(UndoVersion15(&raw));                            // nor 15
   ASSERT_EQ("", raw.Exec("ALTER TABLE sagas DROP COLUMN spec_version, DROP COLUMN spec_sha256"));
   ASSERT_EQ("", raw.Exec("DELETE FROM schema_migrations WHERE version >= 3"));
   ASSERT_EQ("", raw.Text("SELECT to_regclass('sagas_by_state_lease')"));

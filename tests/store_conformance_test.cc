@@ -119,6 +119,16 @@ void UndoVersion11(RawDb* raw) {
   }
 }
 
+// Takes a database back from version 15 (the kept state counts) to 14.
+void UndoVersion15(RawDb* raw) {
+  for (const char* sql :
+       {"DROP TRIGGER saga_state_counts_insert", "DROP TRIGGER saga_state_counts_update",
+        "DROP TRIGGER saga_state_counts_delete", "DROP TABLE saga_state_counts",
+        "DELETE FROM schema_migrations WHERE version = 15"}) {
+    ASSERT_EQ("", raw->Exec(sql)) << sql;
+  }
+}
+
 // Takes a database back from version 14 (the listing indexes) to 13.
 void UndoVersion14(RawDb* raw) {
   for (const char* sql : {"DROP INDEX sagas_by_created", "DROP INDEX sagas_by_owner",
@@ -255,6 +265,7 @@ TEST(SqliteStoreTest, Version3JournalKeepsItsEntriesAndOrderThroughVersion4) {
     // Back to what version 3 left: the AUTOINCREMENT journal (with entries
     // whose seqs have gaps) and sagas_by_state.
     RawDb raw(path);
+    ASSERT_NO_FATAL_FAILURE(UndoVersion15(&raw));
     ASSERT_NO_FATAL_FAILURE(UndoVersion14(&raw));
     ASSERT_NO_FATAL_FAILURE(UndoVersion9(&raw));
     ASSERT_EQ("", raw.Exec("DROP TABLE journal"));
@@ -334,6 +345,43 @@ TEST(SqliteStoreTest, DatabaseWithoutVersion11GetsTheStepChecksAndDriftTables) {
             raw.Text("SELECT name FROM sqlite_master WHERE name = 'effects_by_time'"));
 }
 
+TEST(SqliteStoreTest, DatabaseWithoutVersion15CountsItsSagasAtMigration) {
+  TempDir dir;
+  const std::string path = dir.File("v14.db");
+  {
+    std::unique_ptr<SqliteStore> store = MustOpen(path);
+    ASSERT_NE(store, nullptr);
+    STORE_ASSERT_OK(store->CreateIntent(MakeSaga("old1", "intent-old1")));
+    STORE_ASSERT_OK(store->CreateIntent(MakeSaga("old2", "intent-old2")));
+    WriteBatch b;
+    b.saga_id = "old2";
+    b.saga_state = "succeeded";
+    STORE_ASSERT_OK(store->Commit(b));
+  }
+  {
+    RawDb raw(path);
+    ASSERT_NO_FATAL_FAILURE(UndoVersion15(&raw));
+  }
+  std::unique_ptr<SqliteStore> store = MustOpen(path);
+  ASSERT_NE(store, nullptr);
+  EXPECT_EQ(SqliteStore::LatestSchemaVersion(), store->SchemaVersion());
+  RawDb raw(path);
+  EXPECT_EQ("pending=1 succeeded=1",
+            raw.Text("SELECT group_concat(state || '=' || sagas, ' ') FROM"
+                     " (SELECT state, sagas FROM saga_state_counts ORDER BY state)"));
+  // And they follow the writes from then on.
+  WriteBatch b;
+  b.saga_id = "old1";
+  b.saga_state = "succeeded";
+  STORE_ASSERT_OK(store->Commit(b));
+  GaugeQuery q;
+  q.detail_states = {"running"};
+  Result<StoreGauges> g = store->ReadGauges(q);
+  STORE_ASSERT_OK(g);
+  EXPECT_EQ(1u, g->by_state.size());  // pending fell to 0: no row
+  EXPECT_EQ(2, g->by_state["succeeded"].sagas);
+}
+
 TEST(SqliteStoreTest, Version2DatabaseIsMigratedToLeases) {
   TempDir dir;
   const std::string path = dir.File("v2.db");
@@ -345,6 +393,7 @@ TEST(SqliteStoreTest, Version2DatabaseIsMigratedToLeases) {
   {
     // Back to what version 2 left: no lease columns, no lease index.
     RawDb raw(path);
+    ASSERT_NO_FATAL_FAILURE(UndoVersion15(&raw));
     ASSERT_NO_FATAL_FAILURE(UndoVersion14(&raw));
     ASSERT_NO_FATAL_FAILURE(UndoVersion9(&raw));
     ASSERT_EQ("", raw.Exec("DROP INDEX sagas_by_state_lease"));
