@@ -154,6 +154,11 @@ void Metrics::Duplicate(std::string_view how) {
   ++duplicates_[std::string(how)];
 }
 
+void Metrics::LeaseRenewFailed(bool lost) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++renew_failures_[lost ? "lost" : "error"];
+}
+
 void Metrics::Request(int status) {
   std::lock_guard<std::mutex> lock(mu_);
   ++requests_[status];
@@ -252,6 +257,10 @@ std::string Metrics::Render(storage::Store* store) {
   Head(o, "idem_reconcile_drift_total", "counter",
        "Drift the reconciliation job found (once per finding), by kind.");
   Labelled(o, "idem_reconcile_drift_total", "kind", {"effect_missing", "orphan"}, drift_);
+  Head(o, "idem_lease_renewals_failed_total", "counter",
+       "Lease renewals of this process that failed: lost (refused: another process took the "
+       "saga) or error (the store did not answer).");
+  Labelled(o, "idem_lease_renewals_failed_total", "why", {"lost", "error"}, renew_failures_);
   Head(o, "idem_unknown_outcomes_total", "counter", "Tool calls whose outcome was unknown.");
   o << "idem_unknown_outcomes_total " << unknown_total_ << "\n";
   Head(o, "idem_unknown_resolved_total", "counter", "How unknown outcomes were resolved.");
@@ -307,6 +316,11 @@ void ReportTo(Metrics* metrics, storage::Store* store, EngineOptions* options) {
         metrics->Duplicate(how);
         if (next) next(how);
       };
+  options->lease_renew_observer = [metrics,
+                                   next = std::move(options->lease_renew_observer)](bool lost) {
+    metrics->LeaseRenewFailed(lost);
+    if (next) next(lost);
+  };
 }
 
 }  // namespace idem::observability

@@ -68,6 +68,9 @@ class Metrics {
   /// Counts an intent answered without a new saga, by `how`
   /// ("stored_response", "existing_intent", "in_flight").
   void Duplicate(std::string_view how);
+  /// Counts a lease renewal that failed: refused (`lost`: the lease was
+  /// taken) or not answered by the store.
+  void LeaseRenewFailed(bool lost);
   /// Counts an HTTP response.
   void Request(int status);
   /// The metrics page; the gauges are `store`'s, read now or at most
@@ -92,6 +95,7 @@ class Metrics {
   std::map<std::string, uint64_t> steps_;             // GUARDED_BY(mu_)
   std::map<std::string, uint64_t> duplicates_;        // GUARDED_BY(mu_)
   std::map<std::string, uint64_t> drift_;             // GUARDED_BY(mu_) by kind
+  std::map<std::string, uint64_t> renew_failures_;    // GUARDED_BY(mu_) lost, error
   std::map<std::string, uint64_t> unknown_resolved_;  // GUARDED_BY(mu_)
   std::map<std::string, uint64_t> compensations_;     // GUARDED_BY(mu_)
   std::map<std::string, uint64_t> approvals_;         // GUARDED_BY(mu_)

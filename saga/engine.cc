@@ -65,7 +65,13 @@ Engine::Engine(storage::Store* store, const ToolRegistry* tools, EngineOptions o
       spec_cache_(std::make_unique<SpecCache>()),
       drives_(std::make_unique<DriveBook>()) {
   if (options_.owner.empty()) options_.owner = NewId("drv_");
-  renewer_ = std::make_unique<LeaseRenewer>(store_, options_.lease_ms);
+  LeaseRenewer::Observer on_failure;
+  if (options_.lease_renew_observer) {
+    on_failure = [observe = options_.lease_renew_observer](LeaseRenewer::Failure f) {
+      observe(f == LeaseRenewer::Failure::kLost);
+    };
+  }
+  renewer_ = std::make_unique<LeaseRenewer>(store_, options_.lease_ms, std::move(on_failure));
 }
 
 Engine::~Engine() = default;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <utility>
 
 namespace idem {
 
@@ -12,8 +13,11 @@ struct LeaseRenewer::Held {
   bool renewing = false;  // GUARDED_BY(LeaseRenewer::mu_)
 };
 
-LeaseRenewer::LeaseRenewer(storage::Store* store, int64_t lease_ms)
-    : store_(store), period_(std::max<int64_t>(1, lease_ms / 3)), lease_ms_(lease_ms) {}
+LeaseRenewer::LeaseRenewer(storage::Store* store, int64_t lease_ms, Observer observer)
+    : store_(store),
+      observer_(std::move(observer)),
+      period_(std::max<int64_t>(1, lease_ms / 3)),
+      lease_ms_(lease_ms) {}
 
 LeaseRenewer::~LeaseRenewer() {
   {
@@ -70,6 +74,7 @@ void LeaseRenewer::Loop() {
       // kUnavailable: the store is unreachable; keep trying. If the lease
       // expires meanwhile, the fenced writes will be refused.
       if (s.code() == Code::kAborted || s.code() == Code::kNotFound) h->lost = true;
+      if (!s.ok() && observer_) observer_(h->lost ? Failure::kLost : Failure::kError);
     }
     lock.lock();
     auto after = std::chrono::steady_clock::now();

@@ -14,6 +14,13 @@
 // back to the store unless the drive's last write already did
 // (set_released()).
 //
+// Every renewal that fails is reported to the observer (if any), from the
+// renewer's thread: kLost when it was refused (the drive stops), kError when
+// the store did not answer (kept, tried again next period; the fenced
+// writes refuse what the lease no longer covers). Metrics count them
+// (idem_lease_renewals_failed_total): a renewer that keeps failing is a
+// store in trouble before any saga shows it.
+//
 // Thread safety: Keep may be called from any thread; a Hold belongs to its
 // drive's thread. The renewer must outlive its holds; the store must outlive
 // the renewer.
@@ -21,6 +28,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -34,7 +42,10 @@ class LeaseRenewer {
  public:
   class Hold;
 
-  LeaseRenewer(storage::Store* store, int64_t lease_ms);
+  enum class Failure { kLost, kError };
+  using Observer = std::function<void(Failure)>;
+
+  LeaseRenewer(storage::Store* store, int64_t lease_ms, Observer observer = nullptr);
   ~LeaseRenewer();  ///< stops and joins the thread
   LeaseRenewer(const LeaseRenewer&) = delete;
   LeaseRenewer& operator=(const LeaseRenewer&) = delete;
@@ -51,6 +62,7 @@ class LeaseRenewer {
   void Loop();
 
   storage::Store* store_;
+  const Observer observer_;
   const std::chrono::milliseconds period_;
   const int64_t lease_ms_;
   std::mutex mu_;

@@ -37,6 +37,10 @@ struct EngineOptions {
   /// step's `succeeded`), so `observer` sees it. observability::ReportTo
   /// sets both for metrics.
   std::function<void(std::string_view how)> duplicate_observer;
+  /// Called from the lease renewer's thread for each renewal that failed:
+  /// lost = true when it was refused (the lease is gone, the drive stops),
+  /// false when the store did not answer (tried again next period).
+  std::function<void(bool lost)> lease_renew_observer;
   /// Status lookups tried (with backoff) before an unknown outcome is parked.
   int lookup_attempts = 5;
   /// Backoff between status lookups.

@@ -21,6 +21,7 @@
 
 #include <gtest/gtest.h>
 #include <httplib.h>
+#include <sqlite3.h>
 
 #include "saga/engine.h"
 #include "saga/spec.h"
@@ -254,6 +255,62 @@ TEST_F(MetricsTest, ARepeatedSubmitCountsOneDuplicateAbsorbed) {
   ASSERT_OK(engine.Submit(spec, Json::object(), "intent-2"));  // a new intent
   page = metrics.Render(store_.get());
   EXPECT_EQ(2, Sample(page, "idem_duplicates_absorbed_total{how=\"existing_intent\"}")) << page;
+}
+
+// A drive whose lease another process takes while its tool call runs: the
+// renewer's refused renewal is counted once as lost (the drive stops), and
+// no renewal counts as an error.
+TEST_F(MetricsTest, ALeaseTakenWhileTheToolRunsCountsOneLostRenewal) {
+  std::atomic<bool> called{false};
+  std::atomic<bool> release{false};
+  ToolInfo info;
+  info.name = "held.do";
+  info.effect = EffectClass::kWrite;
+  info.honours_keys = true;
+  ASSERT_OK(tools_.Register(std::make_unique<FunctionTool>(info, [&](const ToolCall&) {
+    called = true;
+    for (int i = 0; i < 500 && !release; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return ToolOutcome::Succeeded(Json{{"ok", true}}, "ref-held");
+  })));
+  observability::Metrics metrics;
+  EngineOptions eo = Options(&metrics);
+  eo.use_leases = true;
+  eo.lease_ms = 150;  // renewed every 50 ms
+  Engine engine(store_.get(), &tools_, eo);
+  ASSERT_OK_AND_ASSIGN(auto sub, engine.Submit(Spec("held.do"), Json::object(), "intent-held"));
+  std::thread drive([&] { (void)engine.Run(sub.saga_id); });
+  for (int i = 0; i < 500 && !called; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_TRUE(called);
+  // Another process claims the saga: a new owner and epoch, as a claim
+  // after expiry writes them.
+  sqlite3* raw = nullptr;
+  ASSERT_EQ(SQLITE_OK, sqlite3_open(dir_.File("journal.db").c_str(), &raw));
+  sqlite3_busy_timeout(raw, 5000);
+  const std::string steal =
+      "UPDATE sagas SET lease_owner = 'thief', lease_epoch = lease_epoch + 1,"
+      " lease_expires_ms = lease_expires_ms + 600000 WHERE saga_id = '" +
+      sub.saga_id + "'";
+  char* err = nullptr;
+  EXPECT_EQ(SQLITE_OK, sqlite3_exec(raw, steal.c_str(), nullptr, nullptr, &err)) << err;
+  sqlite3_free(err);
+  sqlite3_close(raw);
+  double lost = 0;
+  for (int i = 0; i < 300 && lost < 1; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    lost = Sample(metrics.Render(store_.get()), "idem_lease_renewals_failed_total{why=\"lost\"}");
+  }
+  release = true;
+  drive.join();
+  std::string page = metrics.Render(store_.get());
+  EXPECT_EQ(1, Sample(page, "idem_lease_renewals_failed_total{why=\"lost\"}")) << page;
+  EXPECT_EQ(0, Sample(page, "idem_lease_renewals_failed_total{why=\"error\"}")) << page;
+  // The drive's outcome write was fenced: the saga is the thief's, not done.
+  ASSERT_OK_AND_ASSIGN(auto rec, store_->LoadSaga(sub.saga_id));
+  EXPECT_NE("succeeded", rec.summary.state);
 }
 
 TEST_F(MetricsTest, AProviderReplayIsJournaledAndCounted) {
