@@ -817,6 +817,11 @@ int CmdFailpoints() {
 }  // namespace
 
 int RunCli(int argc, char** argv, const FrontendConfig& config) {
+  // A peer that closes its end (a provider killed mid-request, an MCP
+  // client gone, a caller that hung up on `serve`) must come back as a
+  // write error on that one connection, not as a signal that kills the
+  // process: cpp-httplib writes with flags 0 and OpenSSL through write(2).
+  signal(SIGPIPE, SIG_IGN);
   CLI::App app{config.description, config.program};
   app.require_subcommand(1);
   // Global options are accepted after the subcommand too (`run SPEC --db x`):

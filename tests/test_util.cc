@@ -14,6 +14,7 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <signal.h>
 #include <spawn.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -25,6 +26,17 @@ extern char** environ;
 #endif
 
 namespace idem::test {
+namespace {
+
+// Every test binary links this file: a server that answers early (413 on a
+// large body) and closes while a test's client still writes must fail that
+// write, not kill the test with SIGPIPE (cpp-httplib sends with flags 0).
+[[maybe_unused]] const bool kSigpipeIgnored = [] {
+  signal(SIGPIPE, SIG_IGN);
+  return true;
+}();
+
+}  // namespace
 
 // ---- Files and ports -------------------------------------------------------
 
