@@ -189,15 +189,20 @@ async function main() {
 
   const evil = '<img src=x onerror="window.__xss=1"><script>window.__xss=2</script>';
   const evilSpec = { ...trip, description: 'Evil ' + evil };
-  const sagas = {
-    approve: await submit('agent', 'ana-approve', trip, { ...input, amount_cents: 111100 }),
-    reject: await submit('agent', 'bob-reject', trip, { ...input, traveller: 'Bob', amount_cents: 222200 }),
-    stale: await submit('agent', 'cy-stale', trip, { ...input, traveller: 'Cy', amount_cents: 333300 }),
-    evil: await submit('agent', 'evil-' + evil, evilSpec, { ...input, traveller: evil, amount_cents: 444400 }),
-    keyboard: await submit('agent', 'kim-keys', trip, { ...input, traveller: 'Kim', amount_cents: 555500 }),
-    own: await submit('sam', 'sam-own', trip, { ...input, traveller: 'Sam', amount_cents: 666600 }),
+  // One after another, each waiting before the next is submitted: the inbox
+  // orders by when a commit began to wait, and two workers driving sagas
+  // submitted together may bring them there in either order.
+  const sagas = {};
+  const submitAndWait = async (name, who, key, spec, body) => {
+    sagas[name] = await submit(who, key, spec, body);
+    await waitState(sagas[name], 'awaiting_approval', who);
   };
-  for (const [k, id] of Object.entries(sagas)) await waitState(id, 'awaiting_approval', k === 'own' ? 'sam' : 'agent');
+  await submitAndWait('approve', 'agent', 'ana-approve', trip, { ...input, amount_cents: 111100 });
+  await submitAndWait('reject', 'agent', 'bob-reject', trip, { ...input, traveller: 'Bob', amount_cents: 222200 });
+  await submitAndWait('stale', 'agent', 'cy-stale', trip, { ...input, traveller: 'Cy', amount_cents: 333300 });
+  await submitAndWait('evil', 'agent', 'evil-' + evil, evilSpec, { ...input, traveller: evil, amount_cents: 444400 });
+  await submitAndWait('keyboard', 'agent', 'kim-keys', trip, { ...input, traveller: 'Kim', amount_cents: 555500 });
+  await submitAndWait('own', 'sam', 'sam-own', trip, { ...input, traveller: 'Sam', amount_cents: 666600 });
 
   browser = await chromium.launch({
     executablePath: CHROMIUM,
