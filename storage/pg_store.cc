@@ -2030,59 +2030,88 @@ void PgStore::FoldStateMoves() {
   (void)folded;  // not folded: the next read tries again
 }
 
+namespace {
+
+// `values` as a PostgreSQL text[] literal: each element double-quoted, with
+// its backslashes and double quotes escaped (none holds a NUL byte).
+std::string TextArrayLiteral(const std::vector<std::string>& values) {
+  std::string out = "{";
+  for (size_t i = 0; i < values.size(); ++i) {
+    if (i > 0) out += ',';
+    out += '"';
+    for (char c : values[i]) {
+      if (c == '"' || c == '\\') out += '\\';
+      out += c;
+    }
+    out += '"';
+  }
+  return out + "}";
+}
+
+}  // namespace
+
 Result<StoreGauges> PgStore::ReadGauges(const GaugeQuery& query) {
   // A state with a NUL byte cannot be stored, so it matches nothing.
   const std::string waiting = HasNul(query.waiting_state) ? "" : query.waiting_state;
-  // The states whose details are asked for, as a JSON array ("[]": all).
-  Json details = Json::array();
+  std::vector<std::string> details;
   for (const std::string& st : query.detail_states) {
     if (!HasNul(st)) details.push_back(st);
   }
   const bool all = query.detail_states.empty();
   if (!all) FoldStateMoves();
-  // One statement (one snapshot, autocommit): a row per state with the
-  // details asked for, a row per other state with its count alone (the
-  // counts of migration 15 and the moves not folded into them yet: a few
-  // rows per state however many sagas have finished), then one row
-  // (is_steps) with the waiting steps; the store's clock read once.
-  static const std::string kSql =
-      "WITH clock AS (SELECT " IDEM_PG_NOW_MS
-      " AS now_ms), detail AS (SELECT jsonb_array_elements_text($3::jsonb) AS state) "
-      "SELECT false AS is_steps, state, count(*)::bigint, min(updated_ms)::bigint,"
-      " (count(*) FILTER (WHERE $1::bigint > 0 AND created_ms < (SELECT now_ms FROM clock) - "
-      "$1::bigint))::bigint,"
-      " (count(*) FILTER (WHERE lease_expires_ms > 0"
-      " AND lease_expires_ms < (SELECT now_ms FROM clock)))::bigint,"
-      " (SELECT now_ms FROM clock) FROM sagas"
-      " WHERE $4::bool OR state IN (SELECT state FROM detail) GROUP BY state "
-      "UNION ALL "
+    // One statement (one snapshot, autocommit): a row per state with the
+    // details asked for, a row per other state with its count alone (the
+    // counts of migration 15 and the moves not folded into them yet: a few
+    // rows per state however many sagas have finished), then one row
+    // (is_steps) with the waiting steps; the store's clock read once. The
+    // detail states come as a text[] ($3), so that the planner estimates them
+    // from the column's statistics and reads only their sagas through
+    // sagas_by_state_lease (a set-returning function over a JSON array was
+    // estimated at 100 rows, and the plan scanned every saga).
+#define IDEM_PG_GAUGE_CLOCK "WITH clock AS (SELECT " IDEM_PG_NOW_MS " AS now_ms) "
+#define IDEM_PG_GAUGE_DETAILS                                                              \
+  "SELECT false AS is_steps, state, count(*)::bigint, min(updated_ms)::bigint,"            \
+  " (count(*) FILTER (WHERE $1::bigint > 0 AND created_ms < (SELECT now_ms FROM clock) - " \
+  "$1::bigint))::bigint,"                                                                  \
+  " (count(*) FILTER (WHERE lease_expires_ms > 0"                                          \
+  " AND lease_expires_ms < (SELECT now_ms FROM clock)))::bigint,"                          \
+  " (SELECT now_ms FROM clock) FROM sagas"
+#define IDEM_PG_GAUGE_STEPS                                                                \
+  "SELECT true, '', (SELECT count(*) FROM sagas s JOIN steps t ON t.saga_id = s.saga_id"   \
+  " WHERE $2::text <> '' AND s.state = $2::text AND t.state = $2::text)::bigint, 0, 0, 0," \
+  " (SELECT now_ms FROM clock)"
+  static const char* const kAllSql =
+      IDEM_PG_GAUGE_CLOCK IDEM_PG_GAUGE_DETAILS " GROUP BY state UNION ALL " IDEM_PG_GAUGE_STEPS;
+  static const char* const kSomeSql = IDEM_PG_GAUGE_CLOCK IDEM_PG_GAUGE_DETAILS
+      " WHERE state = ANY ($3::text[]) GROUP BY state UNION ALL "
       "SELECT false, state, sum(n)::bigint, 0, 0, 0, (SELECT now_ms FROM clock) FROM"
       " (SELECT state, sagas AS n FROM saga_state_counts"
       " UNION ALL SELECT state, delta FROM saga_state_moves) counted"
-      " WHERE NOT $4::bool AND state NOT IN (SELECT state FROM detail) GROUP BY state"
-      " HAVING sum(n) > 0 "
-      "UNION ALL "
-      "SELECT true, '', (SELECT count(*) FROM sagas s JOIN steps t ON t.saga_id = s.saga_id"
-      " WHERE $2::text <> '' AND s.state = $2::text AND t.state = $2::text)::bigint, 0, 0, 0,"
-      " (SELECT now_ms FROM clock)";
-  return Run<StoreGauges>("ReadGauges", Access::kOneStatement,
-                          [&](pqxx::transaction_base& tx) -> Result<StoreGauges> {
-                            StoreGauges out;
-                            for (const pqxx::row& r :
-                                 tx.exec_params(kSql, query.age_ms, waiting, details.dump(), all)) {
-                              out.now_ms = r[6].as<int64_t>();
-                              if (r[0].as<bool>()) {
-                                out.waiting_steps = r[2].as<int64_t>();
-                                continue;
-                              }
-                              StateGauges& g = out.by_state[FieldText(r[1])];
-                              g.sagas = r[2].as<int64_t>();
-                              g.oldest_updated_ms = r[3].as<int64_t>();
-                              g.created_before = r[4].as<int64_t>();
-                              g.leases_expired = r[5].as<int64_t>();
-                            }
-                            return out;
-                          });
+      " WHERE state <> ALL ($3::text[]) GROUP BY state HAVING sum(n) > 0 "
+      "UNION ALL " IDEM_PG_GAUGE_STEPS;
+#undef IDEM_PG_GAUGE_CLOCK
+#undef IDEM_PG_GAUGE_DETAILS
+#undef IDEM_PG_GAUGE_STEPS
+  const std::string detail_array = TextArrayLiteral(details);
+  return Run<StoreGauges>(
+      "ReadGauges", Access::kOneStatement, [&](pqxx::transaction_base& tx) -> Result<StoreGauges> {
+        StoreGauges out;
+        pqxx::result rows = all ? tx.exec_params(kAllSql, query.age_ms, waiting)
+                                : tx.exec_params(kSomeSql, query.age_ms, waiting, detail_array);
+        for (const pqxx::row& r : rows) {
+          out.now_ms = r[6].as<int64_t>();
+          if (r[0].as<bool>()) {
+            out.waiting_steps = r[2].as<int64_t>();
+            continue;
+          }
+          StateGauges& g = out.by_state[FieldText(r[1])];
+          g.sagas = r[2].as<int64_t>();
+          g.oldest_updated_ms = r[3].as<int64_t>();
+          g.created_before = r[4].as<int64_t>();
+          g.leases_expired = r[5].as<int64_t>();
+        }
+        return out;
+      });
 }
 
 Result<std::vector<JournalEntry>> PgStore::ReadJournal(const std::string& saga_id) {

@@ -202,6 +202,22 @@ void Move(Store& store, const std::string& id, const std::string& state) {
   ASSERT_OK(store.Commit(w));
 }
 
+// A detail state with a quote, a backslash, a comma or braces is a name
+// like any other (PostgreSQL gets it inside a text[] literal): it matches
+// no saga and leaves the others' counts alone.
+TYPED_TEST(ListingTest, ADetailStateWithQuotesAndBracesMatchesOnlyItself) {
+  GaugeQuery q;
+  q.detail_states = {"running", "a\"b\\c,{d}", "NULL"};
+  auto g = this->store_->ReadGauges(q);
+  ASSERT_OK(g);
+  std::map<std::string, int64_t> counts;
+  for (const auto& [state, sg] : g->by_state) counts[state] = sg.sagas;
+  const std::map<std::string, int64_t> want = {
+      {"succeeded", 5}, {"failed", 1}, {"running", 2}, {"needs_attention", 1}};
+  EXPECT_EQ(want, counts);
+  EXPECT_GT(g->by_state["running"].oldest_updated_ms, 0);
+}
+
 TYPED_TEST(ListingTest, TheKeptCountsFollowEveryMoveOfEveryState) {
   Store& store = *this->store_;
   const std::map<std::string, int64_t> before = {
