@@ -1896,6 +1896,26 @@ Status PgStore::ReleaseLease(const Lease& lease) {
 // Each read is one statement on its own, so that a saga and its steps come
 // from the same snapshot, in one round trip and without a transaction.
 
+namespace {
+
+// An effects row whose first seven columns are step_id, kind, tool,
+// idempotency_key, result, external_ref and at_ms (kSelectEffects'
+// order), of saga `saga_id`.
+EffectRecord ReadEffect(const pqxx::row& r, std::string saga_id) {
+  EffectRecord f;
+  f.saga_id = std::move(saga_id);
+  f.step_id = FieldText(r[0]);
+  f.kind = FieldText(r[1]);
+  f.tool = FieldText(r[2]);
+  f.idempotency_key = FieldText(r[3]);
+  f.result = FieldJson(r[4], "effects.result");
+  f.external_ref = FieldText(r[5]);
+  f.at_ms = r[6].as<int64_t>();
+  return f;
+}
+
+}  // namespace
+
 Result<SagaRecord> PgStore::LoadSaga(const std::string& saga_id) {
   if (HasNul(saga_id)) return SagaNotFound(saga_id);  // cannot be stored
   return Run<SagaRecord>("LoadSaga " + Quote(saga_id), Access::kOneStatement,
@@ -2149,16 +2169,7 @@ Result<std::vector<EffectRecord>> PgStore::ListEffects(const std::string& saga_i
         // commit order.
         for (const pqxx::row& r : q) {
           if (r[7].is_null()) continue;  // a saga without effects
-          EffectRecord f;
-          f.saga_id = saga_id;
-          f.step_id = FieldText(r[0]);
-          f.kind = FieldText(r[1]);
-          f.tool = FieldText(r[2]);
-          f.idempotency_key = FieldText(r[3]);
-          f.result = FieldJson(r[4], "effects.result");
-          f.external_ref = FieldText(r[5]);
-          f.at_ms = r[6].as<int64_t>();
-          out.push_back(std::move(f));
+          out.push_back(ReadEffect(r, saga_id));
         }
         return out;
       });
@@ -2221,20 +2232,11 @@ Result<std::vector<EffectRecord>> PgStore::ListEffectsSince(int64_t since_ms, in
       [&](pqxx::transaction_base& tx) -> Result<std::vector<EffectRecord>> {
         std::vector<EffectRecord> out;
         for (const pqxx::row& r : tx.exec_params(
-                 "SELECT idempotency_key, saga_id, step_id, kind, tool, result, external_ref,"
-                 " at_ms FROM effects WHERE kind = 'action' AND at_ms >= $1"
+                 "SELECT step_id, kind, tool, idempotency_key, result, external_ref, at_ms,"
+                 " saga_id FROM effects WHERE kind = 'action' AND at_ms >= $1"
                  " ORDER BY at_ms, seq LIMIT $2",
                  since_ms, limit)) {
-          EffectRecord f;
-          f.idempotency_key = FieldText(r[0]);
-          f.saga_id = FieldText(r[1]);
-          f.step_id = FieldText(r[2]);
-          f.kind = FieldText(r[3]);
-          f.tool = FieldText(r[4]);
-          f.result = FieldJson(r[5], "effects.result");
-          f.external_ref = FieldText(r[6]);
-          f.at_ms = r[7].as<int64_t>();
-          out.push_back(std::move(f));
+          out.push_back(ReadEffect(r, FieldText(r[7])));
         }
         return out;
       });
