@@ -248,6 +248,11 @@ Result<storage::CreateOutcome> ForwardingStore::CreateIntent(const storage::NewS
   CpuScope s;
   return inner_->CreateIntent(saga);
 }
+Result<std::optional<storage::CreateOutcome>> ForwardingStore::FindIntent(
+    const storage::NewSaga& saga) {
+  CpuScope s;
+  return inner_->FindIntent(saga);
+}
 Result<storage::SagaRecord> ForwardingStore::LoadSaga(const std::string& saga_id) {
   CpuScope s;
   return inner_->LoadSaga(saga_id);

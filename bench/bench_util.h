@@ -56,6 +56,7 @@ class ForwardingStore : public storage::Store {
   static int64_t StoreCpuNs();
 
   Result<storage::CreateOutcome> CreateIntent(const storage::NewSaga& saga) override;
+  Result<std::optional<storage::CreateOutcome>> FindIntent(const storage::NewSaga& saga) override;
   Result<storage::SagaRecord> LoadSaga(const std::string& saga_id) override;
   Status Commit(const storage::WriteBatch& batch) override;
   Result<std::vector<storage::SagaSummary>> ListSagas(const storage::SagaFilter& filter) override;

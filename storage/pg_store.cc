@@ -94,6 +94,15 @@ constexpr Statement kInsertSaga = {
     "INSERT INTO sagas (saga_id, intent_key, fingerprint, spec_name, spec, input, state, reason,"
     " created_ms, updated_ms, spec_version, spec_sha256)"
     " VALUES ($1, $2, $3, $4, $5, $6, $7, '', $8, $8, NULLIF($9, 0), $10)"};
+// A saga created by a batch (WriteBatch::create): its row as the batch
+// leaves it. $13 owner, $14 lease_ms (0: free), $15 epoch.
+constexpr Statement kInsertCreatedSaga = {
+    "insert_created_saga",
+    "INSERT INTO sagas (saga_id, intent_key, fingerprint, spec_name, spec, input, state, reason,"
+    " created_ms, updated_ms, spec_version, spec_sha256, lease_owner, lease_expires_ms,"
+    " lease_epoch)"
+    " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, NULLIF($11, 0), $12, $13,"
+    " CASE WHEN $14::bigint > 0 THEN " IDEM_PG_NOW_MS " + $14::bigint ELSE 0 END, $15)"};
 constexpr Statement kInsertStep = {
     "insert_step",
     "INSERT INTO steps (saga_id, idx, step_id, tool, state, attempt, step_key, updated_ms)"
@@ -294,6 +303,7 @@ constexpr std::array kWriteStatements = {
     kInsertIntent,
     kSelectIntent,
     kInsertSaga,
+    kInsertCreatedSaga,
     kInsertStep,
     kInsertJournal,
     kUpdateSaga,
@@ -1303,9 +1313,12 @@ PgStats PgStore::Stats() const {
 
 // ---- Writes -----------------------------------------------------------------
 
-Result<CreateOutcome> PgStore::CreateIntent(const NewSaga& saga) {
-  IDEM_RETURN_IF_ERROR(ValidateNewSaga(saga));
+namespace {
+
+// A new saga's texts, which PostgreSQL's text columns refuse with a NUL.
+Status CheckNewSagaTexts(const NewSaga& saga) {
   IDEM_RETURN_IF_ERROR(CheckText(saga.saga_id, "CreateIntent: saga_id"));
+  IDEM_RETURN_IF_ERROR(CheckText(saga.lease_owner, "CreateIntent: lease_owner"));
   IDEM_RETURN_IF_ERROR(CheckText(saga.intent_key, "CreateIntent: intent_key"));
   IDEM_RETURN_IF_ERROR(CheckText(saga.fingerprint, "CreateIntent: fingerprint"));
   IDEM_RETURN_IF_ERROR(CheckText(saga.spec_name, "CreateIntent: spec_name"));
@@ -1324,12 +1337,15 @@ Result<CreateOutcome> PgStore::CreateIntent(const NewSaga& saga) {
     IDEM_RETURN_IF_ERROR(CheckText(saga.journal[i].step_id, at + "step_id"));
     IDEM_RETURN_IF_ERROR(CheckText(saga.journal[i].event, at + "event"));
   }
+  return Status::Ok();
+}
 
-  const std::string op = "CreateIntent " + Quote(saga.intent_key);
-  // A repeated submission (the common case of a retry) is answered by one
-  // SELECT on its own: no transaction id, nothing for the server to flush.
-  Result<std::optional<CreateOutcome>> found = Run<std::optional<CreateOutcome>>(
-      op, Access::kOneStatement,
+}  // namespace
+
+Result<std::optional<CreateOutcome>> PgStore::FindIntent(const NewSaga& saga) {
+  IDEM_RETURN_IF_ERROR(CheckText(saga.intent_key, "FindIntent: intent_key"));
+  return Run<std::optional<CreateOutcome>>(
+      "FindIntent " + Quote(saga.intent_key), Access::kOneStatement,
       [&](pqxx::transaction_base& tx) -> Result<std::optional<CreateOutcome>> {
         pqxx::result q = tx.exec_prepared(kReadIntent.name, saga.intent_key);
         if (q.empty()) return std::optional<CreateOutcome>();
@@ -1337,6 +1353,16 @@ Result<CreateOutcome> PgStore::CreateIntent(const NewSaga& saga) {
         if (!existing.ok()) return existing.status();
         return std::optional<CreateOutcome>(std::move(existing).value());
       });
+}
+
+Result<CreateOutcome> PgStore::CreateIntent(const NewSaga& saga) {
+  IDEM_RETURN_IF_ERROR(ValidateNewSaga(saga));
+  IDEM_RETURN_IF_ERROR(CheckNewSagaTexts(saga));
+
+  const std::string op = "CreateIntent " + Quote(saga.intent_key);
+  // A repeated submission (the common case of a retry) is answered by one
+  // SELECT on its own: no transaction id, nothing for the server to flush.
+  Result<std::optional<CreateOutcome>> found = FindIntent(saga);
   if (!found.ok()) return found.status();
   if (found->has_value()) return std::move(**found);
 
@@ -1407,51 +1433,16 @@ Result<CreateOutcome> PgStore::CreateIntent(const NewSaga& saga) {
 
 namespace {
 
-// Writes one batch inside `tx` and sets *txid to txid_current(). A non-OK
-// result means the caller must roll the batch back (some of it may have been
-// written), unless *undone says that it was.
-//
-// One round trip: every statement of the batch goes out in one pipeline (after
-// `prefix`: the group's savepoint statements). The first statement locks the
-// saga's row and checks the fence (with the saga's new state and first
-// journal entry, if it has a state); the first step carries the first journal
-// entry otherwise. If the fence or the saga's row refused the batch, the rest
-// ran for nothing: the batch is undone (`undo`: ROLLBACK, or back to the
-// group's savepoint) and the saga's epoch read, for the status.
-Result<bool> ApplyBatch(WriteTx& tx, const WriteBatch& batch, int64_t updated_ms,
-                        int64_t consumed_ms, int64_t* txid, const std::vector<const char*>& prefix,
-                        const std::vector<const char*>& undo, bool* undone) {
-  *undone = false;
-  Pipe p(tx);
-  for (const char* sql : prefix) p.AddSql(sql);
-  const size_t first = prefix.size();
-  // The saga's row lock serialises commits to one saga, as SQLite's write
-  // lock does: its journal seq order is its commit order. It also pins the
-  // lease epoch until COMMIT: a claim (which bumps it) waits for us or skips
-  // the row. The fenced UPDATE takes the same lock (and rechecks the epoch on
-  // the row's latest version after waiting for it).
-  enum class Kind { kStep, kJournal, kToken, kEffect, kSpec, kOpenCall, kCheck };
-  size_t journal_done = 0;
-  bool locked_by_select = false;
-  if (batch.saga_state.has_value()) {
-    if (!batch.journal.empty()) {
-      const JournalEntry& e = batch.journal[0];
-      p.Add(kUpdateSagaAndJournal, *batch.saga_state, batch.saga_reason, updated_ms, batch.saga_id,
-            batch.fence_epoch, e.step_id, e.event, e.data, static_cast<int64_t>(e.at_ms),
-            batch.release_lease);
-      journal_done = 1;
-    } else {
-      p.Add(kUpdateSaga, *batch.saga_state, batch.saga_reason, updated_ms, batch.saga_id,
-            batch.fence_epoch, batch.release_lease);
-    }
-  } else if (batch.release_lease) {
-    // Fenced (Commit checked that there is an epoch) and released at once.
-    p.Add(kReleaseFenced, batch.saga_id, batch.fence_epoch);
-  } else {
-    p.Add(kLockSaga, batch.saga_id);
-    locked_by_select = true;
-  }
-  std::vector<std::pair<Kind, size_t>> kinds;  // of the statements after the first
+// What a statement after a batch's head writes, for the status of its error.
+enum class Kind { kStep, kJournal, kToken, kEffect, kSpec, kOpenCall, kCheck, kSaga, kPlannedStep };
+using Kinds = std::vector<std::pair<Kind, size_t>>;
+
+// Queues the batch's rows after its head: its steps (the first carrying the
+// journal entries from `journal_done` on), the rest of its journal, the
+// token, effects, plan, open call and checks; one `kinds` entry each.
+void AddBatchRows(Pipe& p, const WriteBatch& batch, size_t journal_done, int64_t consumed_ms,
+                  Kinds* kinds_out) {
+  Kinds& kinds = *kinds_out;
   for (size_t k = 0; k < batch.steps.size(); ++k) {
     const StepRecord& s = batch.steps[k];
     if (journal_done < batch.journal.size()) {
@@ -1503,14 +1494,118 @@ Result<bool> ApplyBatch(WriteTx& tx, const WriteBatch& batch, int64_t updated_ms
           static_cast<int64_t>(c.deadline_ms), c.checks, static_cast<int64_t>(c.since_ms));
     kinds.emplace_back(Kind::kCheck, k);
   }
+}
 
-  std::vector<Reply> got = p.Run();
+// Throws if one of the group's savepoint statements (got[0..first)) failed:
+// the connection's or a serialization error as such, else GroupBroken.
+void ThrowIfPrefixFailed(WriteTx& tx, const Pipe& p, const std::vector<Reply>& got, size_t first) {
   for (size_t k = 0; k < first; ++k) {
     if (got[k].ok()) continue;
     if (PQstatus(tx.raw()) != CONNECTION_OK) ThrowBroken(tx.raw(), p.Sql(k));
     if (got[k].sqlstate().rfind("40", 0) == 0) got[k].Throw(tx.raw(), p.Sql(k));
     throw GroupBroken(std::string(p.Sql(k)) + " failed: " + OneLine(got[k].message()));
   }
+}
+
+// The status of a batch's rows from their replies (got[from..]), `kinds`
+// naming them: true, or the first error (the statements after it were
+// skipped).
+Result<bool> RowsOutcome(WriteTx& tx, const Pipe& p, const std::vector<Reply>& got, size_t from,
+                         const Kinds& kinds, const WriteBatch& batch) {
+  for (size_t k = from; k < got.size(); ++k) {
+    const Reply& r = got[k];
+    if (r.ok()) continue;
+    const auto [kind, at] = kinds[k - from];
+    if (r.sqlstate() == "23505") {
+      if (kind == Kind::kSaga) {
+        return Status::Conflict("saga id " + Quote(batch.saga_id) + " is already in use (" +
+                                OneLine(r.message()) + ")");
+      }
+      if (kind == Kind::kPlannedStep) {
+        const NewStep& s = batch.create->steps[at];
+        return Status::Conflict("step key " + Quote(s.step_key) + " of step " + Quote(s.step_id) +
+                                " is already in use (" + OneLine(r.message()) + ")");
+      }
+      if (kind == Kind::kStep) {
+        const StepRecord& s = batch.steps[at];
+        return Status::Conflict("step key " + Quote(s.step_key) + " of step " + Quote(s.step_id) +
+                                " is used by another step (" + OneLine(r.message()) + ")");
+      }
+      if (kind == Kind::kToken) {
+        return Status::Conflict("commit token already used; nothing of the batch was written");
+      }
+      if (kind == Kind::kOpenCall) {
+        return Status::Conflict("call id " + Quote(batch.open_call->call_id) +
+                                " is already a step of saga " + Quote(batch.saga_id) +
+                                "; nothing of the batch was written");
+      }
+      if (kind == Kind::kEffect) {
+        return Status::Conflict("effect idempotency key " +
+                                Quote(batch.effects[at].idempotency_key) +
+                                " is already recorded; nothing of the batch was written");
+      }
+    }
+    r.Throw(tx.raw(), p.Sql(k));
+  }
+  return true;
+}
+
+Result<bool> ApplyCreateBatch(WriteTx& tx, const WriteBatch& batch, int64_t updated_ms,
+                              int64_t consumed_ms, int64_t* txid,
+                              const std::vector<const char*>& prefix,
+                              const std::vector<const char*>& undo, bool* undone);
+
+// Writes one batch inside `tx` and sets *txid to txid_current(). A non-OK
+// result means the caller must roll the batch back (some of it may have been
+// written), unless *undone says that it was.
+//
+// One round trip: every statement of the batch goes out in one pipeline (after
+// `prefix`: the group's savepoint statements). The first statement locks the
+// saga's row and checks the fence (with the saga's new state and first
+// journal entry, if it has a state); the first step carries the first journal
+// entry otherwise. If the fence or the saga's row refused the batch, the rest
+// ran for nothing: the batch is undone (`undo`: ROLLBACK, or back to the
+// group's savepoint) and the saga's epoch read, for the status.
+Result<bool> ApplyBatch(WriteTx& tx, const WriteBatch& batch, int64_t updated_ms,
+                        int64_t consumed_ms, int64_t* txid, const std::vector<const char*>& prefix,
+                        const std::vector<const char*>& undo, bool* undone) {
+  if (batch.create) {
+    return ApplyCreateBatch(tx, batch, updated_ms, consumed_ms, txid, prefix, undo, undone);
+  }
+  *undone = false;
+  Pipe p(tx);
+  for (const char* sql : prefix) p.AddSql(sql);
+  const size_t first = prefix.size();
+  // The saga's row lock serialises commits to one saga, as SQLite's write
+  // lock does: its journal seq order is its commit order. It also pins the
+  // lease epoch until COMMIT: a claim (which bumps it) waits for us or skips
+  // the row. The fenced UPDATE takes the same lock (and rechecks the epoch on
+  // the row's latest version after waiting for it).
+  size_t journal_done = 0;
+  bool locked_by_select = false;
+  if (batch.saga_state.has_value()) {
+    if (!batch.journal.empty()) {
+      const JournalEntry& e = batch.journal[0];
+      p.Add(kUpdateSagaAndJournal, *batch.saga_state, batch.saga_reason, updated_ms, batch.saga_id,
+            batch.fence_epoch, e.step_id, e.event, e.data, static_cast<int64_t>(e.at_ms),
+            batch.release_lease);
+      journal_done = 1;
+    } else {
+      p.Add(kUpdateSaga, *batch.saga_state, batch.saga_reason, updated_ms, batch.saga_id,
+            batch.fence_epoch, batch.release_lease);
+    }
+  } else if (batch.release_lease) {
+    // Fenced (Commit checked that there is an epoch) and released at once.
+    p.Add(kReleaseFenced, batch.saga_id, batch.fence_epoch);
+  } else {
+    p.Add(kLockSaga, batch.saga_id);
+    locked_by_select = true;
+  }
+  Kinds kinds;  // of the statements after the first
+  AddBatchRows(p, batch, journal_done, consumed_ms, &kinds);
+
+  std::vector<Reply> got = p.Run();
+  ThrowIfPrefixFailed(tx, p, got, first);
   const Reply& head = got[first];
   if (!head.ok()) head.Throw(tx.raw(), p.Sql(first));
   bool refused = head.rows() == 0;
@@ -1539,33 +1634,68 @@ Result<bool> ApplyBatch(WriteTx& tx, const WriteBatch& batch, int64_t updated_ms
   *txid = head.i64(0, locked_by_select ? 1 : 0);
   // The first error of the rest is the batch's (the statements after it were
   // skipped).
-  for (size_t k = first + 1; k < got.size(); ++k) {
-    const Reply& r = got[k];
-    if (r.ok()) continue;
-    const auto [kind, at] = kinds[k - first - 1];
-    if (r.sqlstate() == "23505") {
-      if (kind == Kind::kStep) {
-        const StepRecord& s = batch.steps[at];
-        return Status::Conflict("step key " + Quote(s.step_key) + " of step " + Quote(s.step_id) +
-                                " is used by another step (" + OneLine(r.message()) + ")");
-      }
-      if (kind == Kind::kToken) {
-        return Status::Conflict("commit token already used; nothing of the batch was written");
-      }
-      if (kind == Kind::kOpenCall) {
-        return Status::Conflict("call id " + Quote(batch.open_call->call_id) +
-                                " is already a step of saga " + Quote(batch.saga_id) +
-                                "; nothing of the batch was written");
-      }
-      if (kind == Kind::kEffect) {
-        return Status::Conflict("effect idempotency key " +
-                                Quote(batch.effects[at].idempotency_key) +
-                                " is already recorded; nothing of the batch was written");
-      }
-    }
-    r.Throw(tx.raw(), p.Sql(k));
+  return RowsOutcome(tx, p, got, first + 1, kinds, batch);
+}
+
+// Writes a batch that creates its saga (WriteBatch::create) inside `tx`, as
+// ApplyBatch does (one round trip, `prefix`, `undo`): the intent first (its
+// RETURNING gives the txid; no row back means the key was submitted before),
+// the saga's row as the batch leaves it (one insert: no second version of it
+// in the same transaction), the planned steps the batch does not write, the
+// create's journal, then the batch's rows. No fence to check: the row is new.
+Result<bool> ApplyCreateBatch(WriteTx& tx, const WriteBatch& batch, int64_t updated_ms,
+                              int64_t consumed_ms, int64_t* txid,
+                              const std::vector<const char*>& prefix,
+                              const std::vector<const char*>& undo, bool* undone) {
+  *undone = false;
+  const NewSaga& saga = *batch.create;
+  Pipe p(tx);
+  for (const char* sql : prefix) p.AddSql(sql);
+  const size_t first = prefix.size();
+  p.Add(kInsertIntent, saga.intent_key, saga.fingerprint, saga.saga_id,
+        static_cast<int64_t>(saga.created_ms));
+  const bool moved = batch.saga_state.has_value();
+  const bool leased = !saga.lease_owner.empty();
+  p.Add(kInsertCreatedSaga, saga.saga_id, saga.intent_key, saga.fingerprint, saga.spec_name,
+        saga.spec, saga.input, moved ? *batch.saga_state : saga.state,
+        moved ? batch.saga_reason : std::string(), static_cast<int64_t>(saga.created_ms),
+        moved ? updated_ms : static_cast<int64_t>(saga.created_ms), saga.spec_version,
+        saga.spec_sha256, saga.lease_owner,
+        static_cast<int64_t>(leased && !batch.release_lease ? saga.lease_ms : 0),
+        static_cast<int64_t>(leased ? 1 : 0));
+  Kinds kinds;  // of the statements after the intent's
+  kinds.emplace_back(Kind::kSaga, 0);
+  for (size_t k = 0; k < saga.steps.size(); ++k) {
+    const NewStep& step = saga.steps[k];
+    const bool written = std::any_of(batch.steps.begin(), batch.steps.end(),
+                                     [&](const StepRecord& st) { return st.index == step.index; });
+    if (written) continue;
+    p.Add(kInsertStep, saga.saga_id, step.index, step.step_id, step.tool, step.state, step.step_key,
+          static_cast<int64_t>(saga.created_ms));
+    kinds.emplace_back(Kind::kPlannedStep, k);
   }
-  return true;
+  for (const JournalEntry& e : saga.journal) {
+    p.Add(kInsertJournal, saga.saga_id, e.step_id, e.event, e.data, static_cast<int64_t>(e.at_ms));
+    kinds.emplace_back(Kind::kJournal, 0);
+  }
+  AddBatchRows(p, batch, 0, consumed_ms, &kinds);
+
+  std::vector<Reply> got = p.Run();
+  ThrowIfPrefixFailed(tx, p, got, first);
+  const Reply& head = got[first];
+  if (!head.ok()) head.Throw(tx.raw(), p.Sql(first));
+  if (head.rows() == 0) {
+    // Submitted before (or by a batch of this group): the rest ran for nothing.
+    Pipe u(tx);
+    for (const char* sql : undo) u.AddSql(sql);
+    std::vector<Reply> done = u.Run();
+    *undone = true;
+    ThrowFirstError(u, tx.raw(), done);
+    return Status::Conflict("intent key " + Quote(saga.intent_key) +
+                            " was submitted before; nothing of the batch was written");
+  }
+  *txid = head.i64(0, 0);
+  return RowsOutcome(tx, p, got, first + 1, kinds, batch);
 }
 
 }  // namespace
@@ -1580,6 +1710,7 @@ struct PgStore::PendingCommit {
 
 Status PgStore::Commit(const WriteBatch& batch) {
   IDEM_RETURN_IF_ERROR(ValidateWriteBatch(batch));
+  if (batch.create) IDEM_RETURN_IF_ERROR(CheckNewSagaTexts(*batch.create));
   IDEM_RETURN_IF_ERROR(CheckText(batch.saga_id, "Commit: saga_id"));
   if (batch.saga_state) IDEM_RETURN_IF_ERROR(CheckText(*batch.saga_state, "Commit: saga_state"));
   IDEM_RETURN_IF_ERROR(CheckText(batch.saga_reason, "Commit: saga_reason"));

@@ -168,6 +168,7 @@ class PgStore : public Store, public KeyRecordStore, public SpecStore, public Co
   PgStore& operator=(PgStore&&) = delete;
 
   Result<CreateOutcome> CreateIntent(const NewSaga& saga) override;
+  Result<std::optional<CreateOutcome>> FindIntent(const NewSaga& saga) override;
   Result<SagaRecord> LoadSaga(const std::string& saga_id) override;
   Status Commit(const WriteBatch& batch) override;
   Result<std::vector<SagaSummary>> ListSagas(const SagaFilter& filter) override;

@@ -4,6 +4,7 @@
 #include <array>
 #include <cctype>
 #include <exception>
+#include <set>
 #include <stdexcept>
 #include <string_view>
 #include <thread>
@@ -542,10 +543,29 @@ Result<std::optional<CreateOutcome>> FindIntent(StatementCache& c, const NewSaga
                           ", fingerprint " + fingerprint + ")");
 }
 
+// How a batch that creates its saga (WriteBatch::create) shapes the rows
+// ApplyCreate writes: the saga's state, reason and update time as the
+// batch leaves them, the lease, and the steps the batch writes itself.
+struct CreateShape {
+  std::string state;
+  std::string reason;
+  int64_t updated_ms = 0;
+  std::string lease_owner;
+  int64_t lease_expires_ms = 0;
+  int64_t lease_epoch = 0;
+  std::set<int> written_steps;  // not inserted as planned: the batch writes them
+};
+
 // Writes a new intent, its saga, steps and journal inside the caller's
-// transaction; a non-OK status means the caller must roll back.
-Result<CreateOutcome> ApplyCreate(StatementCache& c, const NewSaga& saga) {
+// transaction; a non-OK status means the caller must roll back. With a
+// shape (a batch's create), the key must be new.
+Result<CreateOutcome> ApplyCreate(StatementCache& c, const NewSaga& saga,
+                                  const CreateShape* shape = nullptr) {
   auto found = FindIntent(c, saga);
+  if (shape != nullptr && (!found.ok() || found->has_value())) {
+    return Status::Conflict("intent key " + Quote(saga.intent_key) +
+                            " was submitted before; nothing of the batch was written");
+  }
   if (!found.ok()) return found.status();
   if (found->has_value()) return **found;
   try {
@@ -565,23 +585,28 @@ Result<CreateOutcome> ApplyCreate(StatementCache& c, const NewSaga& saga) {
   {
     Stmt ins = c.Get(
         "INSERT INTO sagas (saga_id, intent_key, fingerprint, spec_name, spec,"
-        " input, state, reason, created_ms, updated_ms, spec_version, spec_sha256) "
-        "VALUES (?, ?, ?, ?, ?, ?, ?, '', ?, ?, ?, ?)");
+        " input, state, reason, created_ms, updated_ms, spec_version, spec_sha256,"
+        " lease_owner, lease_expires_ms, lease_epoch) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
     ins->bind(1, saga.saga_id);
     ins->bind(2, saga.intent_key);
     ins->bind(3, saga.fingerprint);
     ins->bind(4, saga.spec_name);
     BindJson(*ins, 5, saga.spec);
     BindJson(*ins, 6, saga.input);
-    ins->bind(7, saga.state);
-    ins->bind(8, static_cast<int64_t>(saga.created_ms));
+    ins->bind(7, shape != nullptr ? shape->state : saga.state);
+    ins->bind(8, shape != nullptr ? shape->reason : std::string());
     ins->bind(9, static_cast<int64_t>(saga.created_ms));
+    ins->bind(10, static_cast<int64_t>(shape != nullptr ? shape->updated_ms : saga.created_ms));
     if (saga.spec_version > 0) {
-      ins->bind(10, saga.spec_version);
+      ins->bind(11, saga.spec_version);
     } else {
-      ins->bind(10);  // NULL: inline
+      ins->bind(11);  // NULL: inline
     }
-    ins->bind(11, saga.spec_sha256);
+    ins->bind(12, saga.spec_sha256);
+    ins->bind(13, shape != nullptr ? shape->lease_owner : std::string());
+    ins->bind(14, static_cast<int64_t>(shape != nullptr ? shape->lease_expires_ms : 0));
+    ins->bind(15, static_cast<int64_t>(shape != nullptr ? shape->lease_epoch : 0));
     ins->exec();
   }
   {
@@ -589,6 +614,7 @@ Result<CreateOutcome> ApplyCreate(StatementCache& c, const NewSaga& saga) {
         "INSERT INTO steps (saga_id, idx, step_id, tool, state, attempt,"
         " step_key, updated_ms) VALUES (?, ?, ?, ?, ?, 0, ?, ?)");
     for (const NewStep& step : saga.steps) {
+      if (shape != nullptr && shape->written_steps.count(step.index) > 0) continue;
       ins->reset();
       ins->bind(1, saga.saga_id);
       ins->bind(2, step.index);
@@ -631,7 +657,7 @@ Result<CreateOutcome> SqliteStore::CreateIntent(const NewSaga& saga) {
   auto existing = Guarded<Result<std::optional<CreateOutcome>>>(
       op, [&]() -> Result<std::optional<CreateOutcome>> {
         std::lock_guard<std::mutex> lock(read_mu_);
-        return FindIntent(*read_stmts_, saga);
+        return storage::FindIntent(*read_stmts_, saga);
       });
   if (!existing.ok()) return existing.status();
   if (existing->has_value()) return **existing;
@@ -644,6 +670,14 @@ Result<CreateOutcome> SqliteStore::CreateIntent(const NewSaga& saga) {
   return me.created;
 }
 
+Result<std::optional<CreateOutcome>> SqliteStore::FindIntent(const NewSaga& saga) {
+  return Guarded<Result<std::optional<CreateOutcome>>>(
+      "FindIntent " + Quote(saga.intent_key), [&]() -> Result<std::optional<CreateOutcome>> {
+        std::lock_guard<std::mutex> lock(read_mu_);
+        return storage::FindIntent(*read_stmts_, saga);
+      });
+}
+
 namespace {
 
 Status LeaseLost(const std::string& saga_id, int64_t epoch, int64_t fence) {
@@ -652,10 +686,23 @@ Status LeaseLost(const std::string& saga_id, int64_t epoch, int64_t fence) {
                          std::to_string(fence) + "; nothing of the batch was written");
 }
 
+// The saga's update time a batch that moves it writes: its newest journal
+// entry's, else now.
+int64_t BatchUpdatedMs(const WriteBatch& batch, int64_t now_ms) {
+  int64_t updated_ms = 0;
+  for (const JournalEntry& e : batch.journal) updated_ms = std::max(updated_ms, e.at_ms);
+  return updated_ms > 0 ? updated_ms : now_ms;
+}
+
 // Writes one batch inside the caller's transaction. A non-OK status means the
 // caller must roll the batch back (some of it may have been written); SQLite
 // errors other than constraint violations are thrown.
-Status ApplyBatch(StatementCache& c, const WriteBatch& batch, int64_t now_ms) {
+//
+// `row_written`: the saga's row was inserted by this batch's create with the
+// state and lease the batch leaves (ApplyCreateBatch), so neither is
+// written again.
+Status ApplyBatch(StatementCache& c, const WriteBatch& batch, int64_t now_ms,
+                  bool row_written = false) {
   {
     // The IMMEDIATE transaction holds the write lock: the epoch read here
     // cannot change before COMMIT.
@@ -668,10 +715,8 @@ Status ApplyBatch(StatementCache& c, const WriteBatch& batch, int64_t now_ms) {
     }
   }
 
-  if (batch.saga_state.has_value()) {
-    int64_t updated_ms = 0;
-    for (const JournalEntry& e : batch.journal) updated_ms = std::max(updated_ms, e.at_ms);
-    if (updated_ms <= 0) updated_ms = now_ms;
+  if (batch.saga_state.has_value() && !row_written) {
+    const int64_t updated_ms = BatchUpdatedMs(batch, now_ms);
     Stmt up = c.Get(
         "UPDATE sagas SET state = ?, reason = ?, updated_ms = ? "
         "WHERE saga_id = ?");
@@ -825,13 +870,34 @@ Status ApplyBatch(StatementCache& c, const WriteBatch& batch, int64_t now_ms) {
     up->exec();
   }
 
-  if (batch.release_lease) {  // fenced above: the lease is this batch's to give up
+  if (batch.release_lease && !row_written) {  // fenced above: the lease is this batch's to give up
     Stmt up = c.Get("UPDATE sagas SET lease_expires_ms = 0 WHERE saga_id = ?");
     up->bind(1, batch.saga_id);
     up->exec();
   }
 
   return Status::Ok();
+}
+
+// Writes a batch that creates its saga (WriteBatch::create) inside the
+// caller's transaction: the intent, the saga's row as the batch leaves it
+// (one insert, no update after it), the planned steps the batch does not
+// write, then the batch. A non-OK status means roll it back.
+Status ApplyCreateBatch(StatementCache& c, const WriteBatch& batch, int64_t now_ms) {
+  const NewSaga& saga = *batch.create;
+  CreateShape shape;
+  shape.state = batch.saga_state.value_or(saga.state);
+  shape.reason = batch.saga_state.has_value() ? batch.saga_reason : std::string();
+  shape.updated_ms = batch.saga_state.has_value() ? BatchUpdatedMs(batch, now_ms) : saga.created_ms;
+  if (!saga.lease_owner.empty()) {
+    shape.lease_owner = saga.lease_owner;
+    shape.lease_expires_ms = batch.release_lease ? 0 : now_ms + saga.lease_ms;
+    shape.lease_epoch = 1;
+  }
+  for (const StepRecord& st : batch.steps) shape.written_steps.insert(st.index);
+  auto created = ApplyCreate(c, saga, &shape);
+  if (!created.ok()) return created.status();
+  return ApplyBatch(c, batch, now_ms, /*row_written=*/true);
 }
 
 }  // namespace
@@ -852,7 +918,10 @@ void SqliteStore::CommitGroup(const std::vector<PendingCommit*>& group) {
                                   : "Commit to saga " + Quote(group[0]->batch->saga_id);
   // Applies one batch or intent; a non-OK status means roll it back.
   auto apply = [&](StatementCache& c, PendingCommit* p, int64_t now_ms) {
-    if (p->saga == nullptr) return ApplyBatch(c, *p->batch, now_ms);
+    if (p->saga == nullptr) {
+      return p->batch->create ? ApplyCreateBatch(c, *p->batch, now_ms)
+                              : ApplyBatch(c, *p->batch, now_ms);
+    }
     auto created = ApplyCreate(c, *p->saga);
     if (!created.ok()) return created.status();
     p->created = *created;

@@ -74,6 +74,12 @@ struct NewSaga {
   std::vector<NewStep> steps;
   /// Journal entries written in the same transaction (e.g. "saga_created").
   std::vector<JournalEntry> journal;
+  /// Set (with lease_ms > 0): the saga is created leased to this owner, at
+  /// lease epoch 1, expiring lease_ms after the commit in the store's clock:
+  /// what a ClaimSaga right after would leave, without its transaction.
+  /// Only a WriteBatch's `create` takes it (CreateIntent: kInvalidArgument).
+  std::string lease_owner;
+  int64_t lease_ms = 0;
 };
 
 /// One step's current row. The engine reads it, changes it and writes it
@@ -204,6 +210,17 @@ struct WriteBatch {
   /// steps whose check is removed (the step no longer waits).
   std::vector<StepCheck> checks;
   std::vector<std::string> checks_done;
+  /// Set: the batch records this new intent first, in the same transaction
+  /// (a synchronous caller's intent rides with its first step's
+  /// `submitted`, saga/engine.h SubmitAndRun): the intent, the saga (in the
+  /// batch's saga_state when it has one, else create->state, with the
+  /// lease create names), its steps (the batch's rows where it has one,
+  /// else the planned rows), create->journal, then the rest of the batch.
+  /// The intent key must be new: if it was submitted before, whatever the
+  /// fingerprint, kConflict and nothing is written (ask FindIntent what it
+  /// is). create->saga_id must be the batch's saga_id; with a lease owner,
+  /// fence_epoch must be 1.
+  std::optional<NewSaga> create;
 };
 
 /// A saga claimed by a worker: it may drive the saga while its lease holds,
@@ -279,6 +296,12 @@ class Store {
   /// Same intent key and fingerprint: returns the existing saga (created =
   /// false) and writes nothing. Same key, other fingerprint: kConflict.
   virtual Result<CreateOutcome> CreateIntent(const NewSaga& saga) = 0;
+
+  /// What CreateIntent would answer for an intent submitted before, by a
+  /// read (no write, no flush): the existing saga (created = false) for the
+  /// same key and fingerprint, kConflict for the same key with another;
+  /// nullopt when the key is new.
+  virtual Result<std::optional<CreateOutcome>> FindIntent(const NewSaga& saga) = 0;
 
   /// The saga with its steps. kNotFound if absent.
   virtual Result<SagaRecord> LoadSaga(const std::string& saga_id) = 0;

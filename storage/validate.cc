@@ -11,6 +11,21 @@ Status ValidateWriteBatch(const WriteBatch& batch) {
   if (batch.release_lease && batch.fence_epoch == 0) {
     return Status::InvalidArgument("Commit: release_lease needs the lease's fence_epoch");
   }
+  if (batch.create) {
+    const NewSaga& c = *batch.create;
+    IDEM_RETURN_IF_ERROR(ValidateNewSaga(c, /*leased=*/true));
+    if (c.saga_id != batch.saga_id) {
+      return Status::InvalidArgument("Commit: create.saga_id " + Quote(c.saga_id) +
+                                     " is not the batch's " + Quote(batch.saga_id));
+    }
+    const int64_t epoch = c.lease_owner.empty() ? 0 : 1;
+    if (batch.fence_epoch != epoch) {
+      return Status::InvalidArgument("Commit: a batch that creates its saga is fenced on epoch " +
+                                     std::to_string(epoch) + " (" +
+                                     (epoch == 0 ? "no lease" : "the creator's lease") + "), not " +
+                                     std::to_string(batch.fence_epoch));
+    }
+  }
   auto check_owner = [&](const std::string& id, const char* what, size_t i) -> Status {
     if (id.empty() || id == batch.saga_id) return Status::Ok();
     return Status::InvalidArgument("Commit: " + std::string(what) + "[" + std::to_string(i) +
@@ -43,9 +58,17 @@ Status ValidateWriteBatch(const WriteBatch& batch) {
   return Status::Ok();
 }
 
-Status ValidateNewSaga(const NewSaga& saga) {
+Status ValidateNewSaga(const NewSaga& saga, bool leased) {
   if (saga.saga_id.empty()) return Status::InvalidArgument("CreateIntent: saga_id is empty");
   if (saga.intent_key.empty()) return Status::InvalidArgument("CreateIntent: intent_key is empty");
+  if (!leased && !saga.lease_owner.empty()) {
+    return Status::InvalidArgument(
+        "CreateIntent: lease_owner is set; only a batch's create records a leased saga");
+  }
+  if (!saga.lease_owner.empty() && saga.lease_ms <= 0) {
+    return Status::InvalidArgument("create: lease_ms must be positive with a lease_owner, got " +
+                                   std::to_string(saga.lease_ms));
+  }
   std::set<int> indexes;
   for (size_t i = 0; i < saga.steps.size(); ++i) {
     if (!indexes.insert(saga.steps[i].index).second) {

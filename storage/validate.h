@@ -27,7 +27,8 @@ std::string Quote(const std::string& s);
 
 /// A CreateIntent's saga: a saga id and an intent key; step indexes unique;
 /// every journal entry that names a saga names this one.
-[[nodiscard]] Status ValidateNewSaga(const NewSaga& saga);
+/// `leased`: a WriteBatch's create, which may carry a lease owner.
+[[nodiscard]] Status ValidateNewSaga(const NewSaga& saga, bool leased = false);
 
 /// A ListSagas filter: a positive limit and an offset of at least 0.
 [[nodiscard]] Status ValidateSagaFilter(const SagaFilter& filter);

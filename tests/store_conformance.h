@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -830,6 +831,164 @@ TYPED_TEST_P(StoreConformanceTest, ConcurrentCreatesOfOneIntentMakeOneSaga) {
   ASSERT_EQ(1u, all->size());
   EXPECT_EQ(winner, (*all)[0].saga_id);
   EXPECT_EQ(1u, this->JournalSize(winner));
+}
+
+/// A batch that creates saga `saga_id` (WriteBatch::create) as a drive's
+/// first write does: the saga running, step 0 submitted, `saga_started` and
+/// `submitted` journaled; leased to `owner` when it is not empty.
+inline WriteBatch CreatingBatch(const std::string& saga_id, const std::string& intent_key,
+                                const std::string& owner = "") {
+  WriteBatch b;
+  b.saga_id = saga_id;
+  b.create = MakeSaga(saga_id, intent_key);
+  if (!owner.empty()) {
+    b.create->lease_owner = owner;
+    b.create->lease_ms = 60'000;
+    b.fence_epoch = 1;
+  }
+  b.saga_state = "running";
+  StepRecord st;
+  st.saga_id = saga_id;
+  st.index = 0;
+  st.step_id = "step0";
+  st.tool = "tool0";
+  st.state = "submitted";
+  st.attempt = 1;
+  st.step_key = saga_id + "/step0";
+  st.args = Json{{"city", "Lisbon"}};
+  st.args_fingerprint = "sha256:args";
+  st.updated_ms = 1500;
+  b.steps.push_back(st);
+  b.journal = {MakeEntry(saga_id, "", "saga_started", 1500),
+               MakeEntry(saga_id, "step0", "submitted", 1500, Json{{"attempt", 1}})};
+  return b;
+}
+
+TYPED_TEST_P(StoreConformanceTest, ABatchCreatesItsSagaWithItsFirstWriteInOneTransaction) {
+  const WriteBatch b = CreatingBatch("saga-1", "intent-1", "w1");
+  STORE_ASSERT_OK(this->store().Commit(b));
+  Result<SagaRecord> rec = this->store().LoadSaga("saga-1");
+  STORE_ASSERT_OK(rec);
+  EXPECT_EQ("running", rec->summary.state);
+  EXPECT_EQ("intent-1", rec->summary.intent_key);
+  EXPECT_EQ(1000, rec->summary.created_ms);
+  EXPECT_EQ(1500, rec->summary.updated_ms);
+  EXPECT_EQ(b.create->input, rec->input);
+  EXPECT_EQ(b.create->fingerprint, rec->fingerprint);
+  ASSERT_EQ(2u, rec->steps.size());
+  ExpectStepEq(b.steps[0], rec->steps[0]);  // the batch's row, not the planned one
+  EXPECT_EQ("planned", rec->steps[1].state);
+  EXPECT_EQ("saga-1/step1", rec->steps[1].step_key);
+  Result<std::vector<JournalEntry>> j = this->store().ReadJournal("saga-1");
+  STORE_ASSERT_OK(j);
+  std::vector<std::string> events;
+  for (const JournalEntry& e : *j) events.push_back(e.step_id + ":" + e.event);
+  EXPECT_EQ((std::vector<std::string>{":saga_created", ":saga_started", "step0:submitted"}),
+            events);
+  // The intent is what CreateIntent and FindIntent answer from now on.
+  Result<std::optional<CreateOutcome>> found = this->store().FindIntent(*b.create);
+  STORE_ASSERT_OK(found);
+  ASSERT_TRUE(found->has_value());
+  EXPECT_EQ("saga-1", (*found)->saga_id);
+  EXPECT_FALSE((*found)->created);
+  Result<CreateOutcome> again = this->store().CreateIntent(MakeSaga("saga-2", "intent-1"));
+  STORE_ASSERT_OK(again);
+  EXPECT_EQ("saga-1", again->saga_id);
+  EXPECT_FALSE(again->created);
+  // Created leased to w1 at epoch 1: another claimer is refused, w1's
+  // fenced writes land, and a claim after the release bumps the epoch.
+  EXPECT_EQ(Code::kAborted, this->store().ClaimSaga("saga-1", "w2", 60'000).status().code());
+  WriteBatch next;
+  next.saga_id = "saga-1";
+  next.fence_epoch = 1;
+  next.release_lease = true;
+  next.journal = {MakeEntry("saga-1", "step0", "succeeded", 1600)};
+  STORE_ASSERT_OK(this->store().Commit(next));
+  Result<Lease> theirs = this->store().ClaimSaga("saga-1", "w2", 60'000);
+  STORE_ASSERT_OK(theirs);
+  EXPECT_EQ(2, theirs->epoch);
+}
+
+TYPED_TEST_P(StoreConformanceTest, ABatchThatCreatesASubmittedIntentKeyWritesNothing) {
+  STORE_ASSERT_OK(this->store().CreateIntent(MakeSaga("saga-1", "intent-1")));
+  // The same key, whatever the content: refused whole, nothing of saga-2.
+  for (bool other_content : {false, true}) {
+    SCOPED_TRACE(other_content ? "other content" : "same content");
+    WriteBatch b = CreatingBatch("saga-2", "intent-1", "w1");
+    if (other_content) b.create->fingerprint = "sha256:other";
+    b.effects = {MakeEffect("saga-2", "step0", "saga-2/step0", 1500)};
+    EXPECT_EQ(Code::kConflict, this->store().Commit(b).code());
+    EXPECT_EQ(Code::kNotFound, this->store().LoadSaga("saga-2").status().code());
+    EXPECT_EQ(Code::kNotFound, this->store().ReadJournal("saga-2").status().code());
+    EXPECT_EQ(Code::kNotFound, this->store().ListEffects("saga-2").status().code());
+  }
+  Result<std::vector<SagaSummary>> all = this->store().ListSagas(SagaFilter{});
+  STORE_ASSERT_OK(all);
+  ASSERT_EQ(1u, all->size());
+  EXPECT_EQ("saga-1", (*all)[0].saga_id);
+  Result<SagaRecord> first = this->store().LoadSaga("saga-1");
+  STORE_ASSERT_OK(first);
+  EXPECT_EQ("pending", first->summary.state);
+  // FindIntent answers like CreateIntent, by a read.
+  Result<std::optional<CreateOutcome>> same = this->store().FindIntent(MakeSaga("x", "intent-1"));
+  STORE_ASSERT_OK(same);
+  ASSERT_TRUE(same->has_value());
+  EXPECT_EQ("saga-1", (*same)->saga_id);
+  NewSaga other = MakeSaga("x", "intent-1");
+  other.fingerprint = "sha256:other";
+  EXPECT_EQ(Code::kConflict, this->store().FindIntent(other).status().code());
+  Result<std::optional<CreateOutcome>> none = this->store().FindIntent(MakeSaga("y", "new-key"));
+  STORE_ASSERT_OK(none);
+  EXPECT_FALSE(none->has_value());
+}
+
+TYPED_TEST_P(StoreConformanceTest, ABatchThatCreatesItsSagaIsCheckedBeforeAnythingIsWritten) {
+  // Its create names another saga.
+  WriteBatch other = CreatingBatch("saga-1", "intent-1");
+  other.create->saga_id = "saga-9";
+  EXPECT_EQ(Code::kInvalidArgument, this->store().Commit(other).code());
+  // Leased, it is fenced on epoch 1 (the create's); unleased, on none.
+  WriteBatch unfenced = CreatingBatch("saga-1", "intent-1", "w1");
+  unfenced.fence_epoch = 0;
+  EXPECT_EQ(Code::kInvalidArgument, this->store().Commit(unfenced).code());
+  WriteBatch fenced = CreatingBatch("saga-1", "intent-1");
+  fenced.fence_epoch = 1;
+  EXPECT_EQ(Code::kInvalidArgument, this->store().Commit(fenced).code());
+  WriteBatch no_ms = CreatingBatch("saga-1", "intent-1", "w1");
+  no_ms.create->lease_ms = 0;
+  EXPECT_EQ(Code::kInvalidArgument, this->store().Commit(no_ms).code());
+  // CreateIntent records no lease.
+  NewSaga leased = MakeSaga("saga-1", "intent-1");
+  leased.lease_owner = "w1";
+  leased.lease_ms = 1000;
+  EXPECT_EQ(Code::kInvalidArgument, this->store().CreateIntent(leased).status().code());
+  EXPECT_EQ(Code::kNotFound, this->store().LoadSaga("saga-1").status().code());
+  // Unleased, and in a group of concurrent batches, it lands like any.
+  std::vector<std::thread> threads;
+  std::vector<Status> got(6);
+  Store* store = this->store_.get();
+  for (int t = 0; t < 6; ++t) {
+    threads.emplace_back([store, t, &got] {
+      got[t] = store->Commit(CreatingBatch("s" + std::to_string(t), "k" + std::to_string(t % 3)));
+    });
+  }
+  for (std::thread& th : threads) th.join();
+  int landed = 0;
+  for (const Status& st : got) {
+    if (st.ok()) {
+      ++landed;
+    } else {
+      EXPECT_EQ(Code::kConflict, st.code()) << st.ToString();
+    }
+  }
+  EXPECT_EQ(3, landed);  // one per intent key
+  Result<std::vector<SagaSummary>> all = this->store().ListSagas(SagaFilter{});
+  STORE_ASSERT_OK(all);
+  EXPECT_EQ(3u, all->size());
+  for (const SagaSummary& sum : *all) {
+    EXPECT_EQ("running", sum.state);
+    EXPECT_EQ(3u, this->JournalSize(sum.saga_id));
+  }
 }
 
 TYPED_TEST_P(StoreConformanceTest, TwoPhaseDataRoundTrips) {
@@ -2066,6 +2225,9 @@ TYPED_TEST_P(StoreConformanceTest, PruneDryRunWritesNothingAndBatchesAreBounded)
 
 REGISTER_TYPED_TEST_SUITE_P(
     StoreConformanceTest, CreateIntentCreatesSaga,
+    ABatchCreatesItsSagaWithItsFirstWriteInOneTransaction,
+    ABatchThatCreatesASubmittedIntentKeyWritesNothing,
+    ABatchThatCreatesItsSagaIsCheckedBeforeAnythingIsWritten,
     SameKeySameFingerprintReturnsExistingAndWritesNothing,
     SameKeyOtherFingerprintConflictsAndWritesNothing, StepKeyInUseConflictsAndWritesNothing,
     LoadSagaRoundTripsEveryField, MissingSagaIsNotFound, CommitWritesStateStepsJournalAndEffects,
