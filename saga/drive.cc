@@ -370,7 +370,9 @@ Status DriveStates(SagaRun* run) {
 // with what was durable before it, and the drive's error says so.
 Status ParkAfterStoreRefusal(SagaRun* run, const Status& error) {
   const Status& refused = run->store_refusal();
-  if (refused.ok() || refused.code() == Code::kAborted || refused.code() == Code::kUnavailable) {
+  // A saga whose create was refused was never recorded: nothing to park.
+  if (refused.ok() || refused.code() == Code::kAborted || refused.code() == Code::kUnavailable ||
+      run->unborn()) {
     return error;
   }
   Status parked = run->ParkAfterFault(

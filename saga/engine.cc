@@ -91,9 +91,9 @@ Result<SagaSpec> Engine::CachedSpec(const Json& spec) {
   return parsed;
 }
 
-Result<SubmitResult> Engine::Submit(const SagaSpec& spec, const Json& input,
-                                    const std::string& intent_key,
-                                    const std::optional<ModelDecision>& decision) {
+Result<storage::NewSaga> Engine::NewIntent(const SagaSpec& spec, const Json& input,
+                                           const std::string& intent_key,
+                                           const std::optional<ModelDecision>& decision) {
   if (intent_key.empty()) return Status::InvalidArgument("intent key: must not be empty");
   if (intent_key.size() > 255) return Status::InvalidArgument("intent key: longer than 255 bytes");
   if (!input.is_object()) return Status::InvalidArgument("input: expected a JSON object");
@@ -131,13 +131,60 @@ Result<SubmitResult> Engine::Submit(const SagaSpec& spec, const Json& input,
   if (decision) created.data["decision"] = decision->ToJson();
   created.at_ms = ns.created_ms;
   ns.journal.push_back(created);
+  return ns;
+}
+
+Result<SubmitResult> Engine::Submit(const SagaSpec& spec, const Json& input,
+                                    const std::string& intent_key,
+                                    const std::optional<ModelDecision>& decision) {
+  auto ns = NewIntent(spec, input, intent_key, decision);
+  if (!ns.ok()) return ns.status();
   IDEM_FAILPOINT("intent.before_commit");
-  auto out = store_->CreateIntent(ns);
+  auto out = store_->CreateIntent(*ns);
   if (!out.ok()) return out.status();
   IDEM_FAILPOINT("intent.after_commit");
-  if (out->created && options_.observer) options_.observer(created);
+  if (out->created && options_.observer) options_.observer(ns->journal.front());
   if (!out->created && options_.duplicate_observer) options_.duplicate_observer("existing_intent");
   return SubmitResult{out->saga_id, out->created};
+}
+
+Result<SagaRecord> Engine::SubmitAndRun(
+    const SagaSpec& spec, const Json& input, const std::string& intent_key,
+    const std::optional<ModelDecision>& decision,
+    const std::function<void(const SubmitResult&)>& on_recorded) {
+  auto ns = NewIntent(spec, input, intent_key, decision);
+  if (!ns.ok()) return ns.status();
+  // A key submitted before is answered by a read, then driven as Run would.
+  auto found = store_->FindIntent(*ns);
+  if (!found.ok()) return found.status();
+  if (!found->has_value()) {
+    const std::string saga_id = ns->saga_id;
+    // What FindIntent reads of it, kept: the drive takes `ns`.
+    storage::NewSaga probe;
+    probe.intent_key = ns->intent_key;
+    probe.fingerprint = ns->fingerprint;
+    storage::Lease lease{saga_id, options_.owner, 0, 0};
+    if (options_.use_leases) {
+      ns->lease_owner = options_.owner;
+      ns->lease_ms = options_.lease_ms;
+      lease.epoch = 1;  // what the create writes
+    }
+    bool recorded = false;
+    auto out = DriveOne(lease, /*held=*/false, std::move(ns).value(), [&] {
+      recorded = true;
+      if (on_recorded) on_recorded(SubmitResult{saga_id, true});
+    });
+    if (recorded || out.ok() || out.status().code() != Code::kConflict) return out;
+    // Refused at its first write: another submitter recorded the key in
+    // between (nothing of this drive was written, no tool was called).
+    found = store_->FindIntent(probe);
+    if (!found.ok()) return found.status();
+    if (!found->has_value()) return out.status();
+  }
+  if (options_.duplicate_observer) options_.duplicate_observer("existing_intent");
+  const SubmitResult existing{(*found)->saga_id, false};
+  if (on_recorded) on_recorded(existing);
+  return Run(existing.saga_id);
 }
 
 Result<SagaRecord> Engine::Run(const std::string& saga_id) {
@@ -224,7 +271,46 @@ Result<SagaRecord> Engine::ParkUnloadable(const LoadedSaga& saga, const Status& 
   return store_->LoadSaga(saga_id);
 }
 
+namespace {
+
+// The record LoadSaga would answer for `ns` right after CreateIntent.
+SagaRecord RecordOf(const storage::NewSaga& ns) {
+  SagaRecord rec;
+  rec.summary.saga_id = ns.saga_id;
+  rec.summary.intent_key = ns.intent_key;
+  rec.summary.spec_name = ns.spec_name;
+  rec.summary.spec_version = ns.spec_version;
+  rec.summary.spec_sha256 = ns.spec_sha256;
+  rec.summary.state = ns.state;
+  rec.summary.created_ms = ns.created_ms;
+  rec.summary.updated_ms = ns.created_ms;
+  rec.fingerprint = ns.fingerprint;
+  rec.spec = ns.spec;
+  rec.input = ns.input;
+  rec.steps.reserve(ns.steps.size());
+  for (const storage::NewStep& s : ns.steps) {
+    storage::StepRecord st;
+    st.saga_id = ns.saga_id;
+    st.index = s.index;
+    st.step_id = s.step_id;
+    st.tool = s.tool;
+    st.state = s.state;
+    st.step_key = s.step_key;
+    st.updated_ms = ns.created_ms;
+    rec.steps.push_back(std::move(st));
+  }
+  return rec;
+}
+
+}  // namespace
+
 Result<SagaRecord> Engine::RunLeased(const storage::Lease& lease, bool held) {
+  return DriveOne(lease, held, std::nullopt, nullptr);
+}
+
+Result<SagaRecord> Engine::DriveOne(const storage::Lease& lease, bool held,
+                                    std::optional<storage::NewSaga> create,
+                                    const std::function<void()>& on_created) {
   const std::string& saga_id = lease.saga_id;
   // Without leases, one driver per saga in this process (an open saga's call
   // and the server's pool may reach one saga at once).
@@ -242,19 +328,21 @@ Result<SagaRecord> Engine::RunLeased(const storage::Lease& lease, bool held) {
   } unholder{this, &saga_id, hold_here};
   // Renewed while the drive runs, released on every way out (by the drive's
   // last write, else by the hold).
+  // (A saga not in the store yet has no lease to renew before its create.)
   std::optional<LeaseRenewer::Hold> hold;
-  if (lease.epoch != 0) hold.emplace(renewer_->Keep(lease));
+  if (lease.epoch != 0 && !create) hold.emplace(renewer_->Keep(lease));
   // For the control requests: one of this saga while it is driven here is
   // left to this drive, which reads the store between steps.
   DriveMark driving(this, saga_id);
   std::optional<SagaRun> run;
   Result<SagaRecord> out = Status::Internal("unset");
   try {
-    auto rec = store_->LoadSaga(saga_id);
+    auto rec = create ? Result<SagaRecord>(RecordOf(*create)) : store_->LoadSaga(saga_id);
     if (!rec.ok()) return rec.status();
     auto spec = CachedSpec(rec->spec);
     auto loaded = LoadedSaga::From(std::move(rec).value());
     if (!loaded.ok()) return loaded.status();
+    if (create && !spec.ok()) return spec.status();  // nothing in the store to park
     if (!spec.ok() || spec->steps.size() != loaded->record.steps.size()) {
       // No drive can get past a plan it cannot read (saga/park.h).
       auto parked = ParkUnloadable(*loaded, spec.status(), lease.epoch);
@@ -262,7 +350,18 @@ Result<SagaRecord> Engine::RunLeased(const storage::Lease& lease, bool held) {
       return parked;
     }
     run.emplace(store_, tools_, options_, std::move(loaded).value(), std::move(spec).value());
-    if (hold) {
+    if (create) {
+      // Fenced on the epoch the create writes; the lease is kept from the
+      // create on.
+      run->Fence(lease.epoch, nullptr);
+      run->CreateWithFirstFlush(std::move(create).value(), [&] {
+        if (lease.epoch != 0) {
+          hold.emplace(renewer_->Keep(lease));
+          run->Fence(lease.epoch, hold->lost());
+        }
+        if (on_created) on_created();
+      });
+    } else if (hold) {
       run->Fence(lease.epoch, hold->lost());
       // With leases, another process may have driven the saga before;
       // without, the file lock proves the previous driver is gone.

@@ -162,6 +162,22 @@ class Engine {
   /// the drive parks the saga and is kInternal (see "Faults" above).
   Result<storage::SagaRecord> Run(const std::string& saga_id);
 
+  /// Submit, then Run, for a caller that waits for the outcome (`idem
+  /// run`): the intent is recorded in the same transaction as the drive's
+  /// first write (with the first step's `submitted`, so before any tool is
+  /// called), and with leases the saga is created leased to this engine, so
+  /// a three-step saga commits 4 times instead of 5 and needs no claim. A
+  /// crash before that write leaves nothing in the store: the caller, who
+  /// got no answer, submits again and the saga starts afresh (no tool was
+  /// called). An intent key submitted before is answered as Submit and Run
+  /// would (the same saga driven on; kConflict with other content).
+  /// `on_recorded`, when set, is told the saga once its intent is durable
+  /// (or found), before the drive goes on. Errors: those of Submit and Run.
+  Result<storage::SagaRecord> SubmitAndRun(
+      const SagaSpec& spec, const Json& input, const std::string& intent_key,
+      const std::optional<ModelDecision>& decision = std::nullopt,
+      const std::function<void(const SubmitResult&)>& on_recorded = nullptr);
+
   /// Records a person's decision about a parked step of a saga that needs
   /// attention (journal: who, when, what, why), then drives the saga on.
   /// kFailedPrecondition if the saga or step is not parked, or the decision
@@ -275,6 +291,15 @@ class Engine {
   /// (TryHold) unless the caller does already (`held`): kAborted when another
   /// thread of this engine drives it.
   Result<storage::SagaRecord> RunLeased(const storage::Lease& lease, bool held = false);
+  /// RunLeased, and for SubmitAndRun a saga not in the store yet (`create`,
+  /// recorded by the drive's first write, which then calls `on_created`).
+  Result<storage::SagaRecord> DriveOne(const storage::Lease& lease, bool held,
+                                       std::optional<storage::NewSaga> create,
+                                       const std::function<void()>& on_created);
+  /// Submit's checks, and the intent, saga and planned steps it records.
+  Result<storage::NewSaga> NewIntent(const SagaSpec& spec, const Json& input,
+                                     const std::string& intent_key,
+                                     const std::optional<ModelDecision>& decision);
   /// Without leases: one driver per saga in this process (an open saga's
   /// call, a worker, the server's pool). False when another holds it.
   bool TryHold(const std::string& saga_id);

@@ -177,18 +177,38 @@ void SagaRun::Stage(WriteBatch batch) {
   has_staged_ = true;
 }
 
+void SagaRun::CreateWithFirstFlush(storage::NewSaga create, std::function<void()> on_created) {
+  create_ = std::move(create);
+  on_created_ = std::move(on_created);
+  unborn_ = true;
+  has_staged_ = true;  // the first Flush writes it, staged writes or not
+}
+
 Status SagaRun::Flush() {
   if (!has_staged_) return Status::Ok();
   if (released_) return Status::Internal("a write after the drive gave its lease up");
+  if (unborn_ && !create_) return store_refusal_;  // its create was refused
   WriteBatch batch = std::move(staged_);
   staged_ = WriteBatch();
   has_staged_ = false;
   batch.saga_id = rec_.summary.saga_id;
   batch.fence_epoch = fence_epoch_;
+  if (create_) {
+    batch.create = std::move(create_);
+    create_.reset();
+  }
   Status committed = store_->Commit(batch);
   if (!committed.ok()) {
     store_refusal_ = committed;
     return committed;
+  }
+  if (batch.create) {
+    unborn_ = false;
+    // As Submit then Run tell it: the create's entries, the caller, the rest.
+    if (options_.observer) {
+      for (const JournalEntry& e : batch.create->journal) options_.observer(e);
+    }
+    if (on_created_) on_created_();
   }
   if (batch.saga_state) {
     if (auto durable = ParseSagaState(*batch.saga_state)) durable_state_ = *durable;
@@ -274,6 +294,10 @@ Status SagaRun::CommitSagaState(SagaState next, const std::string& reason, Journ
 }
 
 Status SagaRun::ParkAfterFault(const std::string& reason, bool rewind) {
+  if (unborn_) {
+    return Status::FailedPrecondition("saga " + rec_.summary.saga_id +
+                                      " was never recorded: nothing to park");
+  }
   if (rewind) state_ = durable_state_;
   if (released_ || IsTerminal(state_) || state_ == SagaState::kNeedsAttention ||
       state_ == SagaState::kAwaitingApproval || state_ == SagaState::kAwaitingCompletion) {

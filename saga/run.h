@@ -117,6 +117,14 @@ class SagaRun {
     lease_lost_ = lost;
   }
   bool leased() const { return fence_epoch_ != 0; }
+  /// The saga is not in the store yet (Engine::SubmitAndRun): the first
+  /// Flush records `create` together with what is staged
+  /// (WriteBatch::create), then calls `on_created`. If that write is
+  /// refused, nothing of the saga is ever in the store: every later write
+  /// is refused the same way, without a store call.
+  void CreateWithFirstFlush(storage::NewSaga create, std::function<void()> on_created);
+  /// True while the saga is not in the store (CreateWithFirstFlush).
+  bool unborn() const { return unborn_; }
   /// True once the drive's last write gave the lease up with it (a
   /// terminal, parked or waiting saga state under a lease).
   bool released() const { return released_; }
@@ -302,6 +310,9 @@ class SagaRun {
   storage::WriteBatch staged_;  // written to rec_ already, not yet to the store
   bool has_staged_ = false;
   bool released_ = false;
+  std::optional<storage::NewSaga> create_;  // recorded by the first Flush
+  std::function<void()> on_created_;
+  bool unborn_ = false;
   std::mutex branch_mu_;
   bool parallel_ = false;        // GUARDED_BY(branch_mu_) while branches run
   bool forward_halted_ = false;  // GUARDED_BY(branch_mu_) while branches run

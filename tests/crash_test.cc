@@ -1042,6 +1042,36 @@ class CrashTest : public testing::Test {
     return Travel({"recover"}, failpoint, faults);
   }
 
+  /// `submit` of the trip under `intent_key` (its own commit of the intent).
+  ProcessExit Submit(const std::string& failpoint, const std::string& intent_key) {
+    return Travel(
+        {"submit", kTripSpec, "--input", std::string("@") + kTripInput, "--intent-key", intent_key},
+        failpoint, {});
+  }
+
+  /// The client, after a crash, runs the trip again (under `intent_key`, a
+  /// new one when empty): `run` says `said` and waits for the payment's
+  /// approval, which commits it; then the journal and the ledger hold one
+  /// saga (`saga_id` when given) with one effect per step.
+  void RetryRunsTheTripOnce(const std::string& intent_key, const std::string& said,
+                            const std::string& saga_id = "") {
+    ProcessExit retry = Run("", {}, intent_key);
+    EXPECT_TRUE(retry.Exited(RunExitFor("awaiting_approval"))) << retry;
+    EXPECT_NE(retry.output.find(said), std::string::npos) << retry;
+    std::string token;
+    ASSERT_TRUE(OnePendingToken(&token));
+    ProcessExit approve = Decide(token);
+    EXPECT_TRUE(approve.Exited(cli::kExitOk)) << approve;
+
+    Verdict v = Check(1);
+    EXPECT_TRUE(v.violations.empty()) << v.Report();
+    ASSERT_EQ(v.sagas.size(), 1u) << v.Report();
+    if (!intent_key.empty()) EXPECT_EQ(v.sagas[0]["intent_key"], intent_key);
+    if (!saga_id.empty()) EXPECT_EQ(v.sagas[0]["saga_id"], saga_id);
+    EXPECT_EQ(v.sagas[0]["state"], "succeeded") << v.Report();
+    EXPECT_EQ(v.ledger.effects.size(), static_cast<size_t>(kSteps)) << v.Report();
+  }
+
   static std::vector<std::string> ApproveArgs(const std::string& token) {
     return {"approve", token, "--as", "maria", "--note", "within budget"};
   }
@@ -1339,16 +1369,24 @@ TEST_P(CrashForwardTest, KillRecoverCheck) {
   // The boundary is where its name says.
   Verdict before;
   ASSERT_TRUE(Observe(&before));
+  // `run` records the intent with the first `submitted` (Engine::SubmitAndRun),
+  // and `saga_started` is staged too: before it nothing is durable.
+  const bool before_first_call =
+      fp == "saga.after_start" || (fp == "step.before_submitted" && c.nth == 1 && !c.in_approve);
+  if (before_first_call) {
+    EXPECT_TRUE(before.sagas.empty()) << before.Report();
+    EXPECT_TRUE(before.ledger.effects.empty()) << before.Report();
+    // The client, who got no answer, runs the trip again: one saga, once.
+    RetryRunsTheTripOnce("", "(new, intent key");
+    return;
+  }
   ASSERT_EQ(before.sagas.size(), 1u) << before.Report();
   const Json saga0 = before.sagas[0];
   const std::string sid = saga0.value("saga_id", "");
-  // `saga_started` is staged too: durable with the first `submitted`.
-  const bool before_first_call =
-      fp == "saga.after_start" || (fp == "step.before_submitted" && c.nth == 1 && !c.in_approve);
   if (fp == "saga.after_terminal") {
     EXPECT_EQ(saga0["state"], "succeeded") << before.Report();
   } else {
-    EXPECT_EQ(saga0["state"], before_first_call ? "pending" : "running") << before.Report();
+    EXPECT_EQ(saga0["state"], "running") << before.Report();
   }
   if (target >= 0) {
     BoundaryState b = ForwardBoundary(fp, target);
@@ -1368,8 +1406,6 @@ TEST_P(CrashForwardTest, KillRecoverCheck) {
         EXPECT_EQ(saga0["steps"][i].value("state", ""), want) << before.Report();
       }
     }
-  } else if (fp == "saga.after_start") {
-    EXPECT_TRUE(before.ledger.effects.empty()) << before.Report();
   } else {
     EXPECT_EQ(before.ledger.effects.size(), static_cast<size_t>(kSteps)) << before.Report();
   }
@@ -1480,48 +1516,54 @@ INSTANTIATE_TEST_SUITE_P(CrashForward, CrashForwardTest, testing::ValuesIn(Forwa
 
 // ---- row 1, B0/B1: the client retries the same intent key
 
-class CrashIntentTest : public CrashTest, public testing::WithParamInterface<const char*> {};
+// `submit` records the intent in its own commit (intent.*); `run` records
+// it with the first step's `submitted` (SubmitAndRun): killed at
+// saga.after_start nothing is durable, killed at step.after_submitted the
+// intent is, with step 1 submitted and not yet called.
+struct IntentCase {
+  const char* command;  ///< the crashing process's: "submit" or "run"
+  const char* failpoint;
+  bool committed;  ///< the intent is durable at the failpoint
+};
+
+void PrintTo(const IntentCase& c, std::ostream* os) {
+  *os << c.command << ": " << c.failpoint << "=kill";
+}
+
+class CrashIntentTest : public CrashTest, public testing::WithParamInterface<IntentCase> {};
 
 TEST_P(CrashIntentTest, ClientRetryMakesOneSaga) {
-  const std::string fp = GetParam();
-  const std::string intent = "trip-" + CaseName(fp);
-  ProcessExit crash = Run(fp + "=kill", {}, intent);
+  const IntentCase& c = GetParam();
+  const std::string fp = c.failpoint;
+  const std::string intent = std::string("trip-") + c.command + "-" + CaseName(fp);
+  ProcessExit crash = std::string(c.command) == "submit" ? Submit(fp + "=kill", intent)
+                                                         : Run(fp + "=kill", {}, intent);
   ASSERT_TRUE(Crashed(crash)) << crash;
 
   Verdict before;
   ASSERT_TRUE(Observe(&before));
-  const bool committed = fp == "intent.after_commit";
-  ASSERT_EQ(before.sagas.size(), committed ? 1u : 0u) << before.Report();
-  if (committed) {
+  ASSERT_EQ(before.sagas.size(), c.committed ? 1u : 0u) << before.Report();
+  if (c.committed) {
     EXPECT_EQ(before.sagas[0]["intent_key"], intent);
-    EXPECT_EQ(before.sagas[0]["state"], "pending");
+    const bool with_first_step = std::string(c.command) == "run";
+    EXPECT_EQ(before.sagas[0]["state"], with_first_step ? "running" : "pending");
+    EXPECT_EQ(before.sagas[0]["steps"][0]["state"], with_first_step ? "submitted" : "planned");
   }
   EXPECT_TRUE(before.ledger.effects.empty()) << before.Report();
 
-  ProcessExit retry = Run("", {}, intent);
-  EXPECT_TRUE(retry.Exited(RunExitFor("awaiting_approval"))) << retry;
-  const char* said = committed ? "(existing: same intent key and content" : "(new, intent key";
-  EXPECT_NE(retry.output.find(said), std::string::npos) << retry;
-  std::string token;
-  ASSERT_TRUE(OnePendingToken(&token));
-  ProcessExit approve = Decide(token);
-  EXPECT_TRUE(approve.Exited(cli::kExitOk)) << approve;
-
-  Verdict v = Check(1);
-  EXPECT_TRUE(v.violations.empty()) << v.Report();
-  ASSERT_EQ(v.sagas.size(), 1u) << v.Report();
-  EXPECT_EQ(v.sagas[0]["intent_key"], intent);
-  EXPECT_EQ(v.sagas[0]["state"], "succeeded") << v.Report();
-  if (committed) {
-    EXPECT_EQ(v.sagas[0]["saga_id"], before.sagas[0]["saga_id"]);
-  }
-  EXPECT_EQ(v.ledger.effects.size(), static_cast<size_t>(kSteps)) << v.Report();
+  const std::string first = c.committed ? before.sagas[0].value("saga_id", "") : "";
+  RetryRunsTheTripOnce(
+      intent, c.committed ? "(existing: same intent key and content" : "(new, intent key", first);
 }
 
 INSTANTIATE_TEST_SUITE_P(CrashIntent, CrashIntentTest,
-                         testing::Values("intent.before_commit", "intent.after_commit"),
-                         [](const testing::TestParamInfo<const char*>& info) {
-                           return CaseName(info.param);
+                         testing::Values(IntentCase{"submit", "intent.before_commit", false},
+                                         IntentCase{"submit", "intent.after_commit", true},
+                                         IntentCase{"run", "saga.after_start", false},
+                                         IntentCase{"run", "step.after_submitted", true}),
+                         [](const testing::TestParamInfo<IntentCase>& info) {
+                           return std::string(info.param.command) + "_" +
+                                  CaseName(info.param.failpoint);
                          });
 
 // ---- row 3: a crash during the rollback, at each compensation index
@@ -1688,8 +1730,14 @@ TEST_P(CrashNestedTest, KillRecoveryThenRecover) {
   const Prediction decided = whole.Decide(approve);
   ASSERT_EQ(run.final_state, "awaiting_approval");
   ASSERT_GE(decided.hits.size(), 2u);
+  // A kill before `run`'s first write (the intent rides with step 1's
+  // `submitted`) leaves nothing to recover, only a client that runs again
+  // (CrashIntentTest, CrashForwardTest): the chains start from that write.
+  const auto first_write = std::find(run.hits.begin(), run.hits.end(), "step.after_submitted");
+  ASSERT_NE(first_write, run.hits.end());
   const size_t k =
-      std::uniform_int_distribution<size_t>(0, run.hits.size() + decided.hits.size() - 2)(rng);
+      std::uniform_int_distribution<size_t>(static_cast<size_t>(first_write - run.hits.begin()),
+                                            run.hits.size() + decided.hits.size() - 2)(rng);
   std::string token;
   std::string kill;
   ProcessExit crash;

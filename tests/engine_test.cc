@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <map>
 #include <mutex>
+#include <set>
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -112,6 +113,9 @@ class TransactionLog : public storage::Store {
     if (out.ok() && out->created) commits.push_back({"intent"});
     return out;
   }
+  Result<std::optional<storage::CreateOutcome>> FindIntent(const storage::NewSaga& saga) override {
+    return inner_->FindIntent(saga);
+  }
   Result<storage::SagaRecord> LoadSaga(const std::string& id) override {
     return inner_->LoadSaga(id);
   }
@@ -120,6 +124,7 @@ class TransactionLog : public storage::Store {
     if (s.ok()) {
       last_commit_released = batch.release_lease;
       std::vector<std::string> events;
+      if (batch.create) events.push_back("intent");
       for (const auto& e : batch.journal) events.push_back(e.step_id + ":" + e.event);
       commits.push_back(events);
     }
@@ -142,6 +147,7 @@ class TransactionLog : public storage::Store {
   }
   Result<storage::Lease> ClaimSaga(const std::string& id, const std::string& owner,
                                    int64_t lease_ms) override {
+    ++claims;
     return inner_->ClaimSaga(id, owner, lease_ms);
   }
   Status RenewLease(const storage::Lease& lease, int64_t lease_ms) override {
@@ -152,6 +158,7 @@ class TransactionLog : public storage::Store {
     return inner_->ReleaseLease(lease);
   }
   int releases = 0;
+  int claims = 0;
   bool last_commit_released = false;
 
  private:
@@ -299,6 +306,124 @@ TEST_F(EngineTest, OutcomesOfKeyedStepsShareTheNextSubmittedTransaction) {
                                                       {"second:succeeded", "third:submitted"},
                                                       {"third:succeeded", ":saga_succeeded"}};
   EXPECT_EQ(log.commits, want);
+}
+
+// A synchronous caller (SubmitAndRun): the intent rides with the first
+// step's `submitted`, so a three-step saga commits 4 times; with leases the
+// saga is created leased to the engine (no claim) and released by the last
+// write.
+TEST_F(EngineTest, SubmitAndRunRecordsTheIntentWithTheFirstSubmittedIn4Commits) {
+  for (bool use_leases : {false, true}) {
+    SCOPED_TRACE(use_leases ? "with leases" : "without leases");
+    TransactionLog log(store_.get());
+    EngineOptions o;
+    o.clock = &clock_;
+    o.use_leases = use_leases;
+    o.owner = "engine-1";
+    std::vector<std::string> observed;
+    o.observer = [&](const storage::JournalEntry& e) {
+      observed.push_back(e.step_id + ":" + e.event);
+    };
+    Engine e(&log, &tools_, o);
+    const std::string key = use_leases ? "leased" : "unleased";
+    std::vector<SubmitResult> told;
+    auto rec =
+        e.SubmitAndRun(Spec(), {{"who", "ana"}}, key, std::nullopt, [&](const SubmitResult& sub) {
+          // Told once the intent is durable, before step 1's call.
+          EXPECT_EQ(Calls(sub.saga_id + "/first"), 0);
+          auto now = store_->LoadSaga(sub.saga_id);
+          EXPECT_OK(now);
+          told.push_back(sub);
+        });
+    ASSERT_OK(rec);
+    EXPECT_EQ(rec->summary.state, "succeeded");
+    ASSERT_EQ(told.size(), 1u);
+    EXPECT_EQ(told[0].saga_id, rec->summary.saga_id);
+    EXPECT_TRUE(told[0].created);
+    const std::vector<std::vector<std::string>> want = {
+        {"intent", ":saga_started", "first:submitted"},
+        {"first:succeeded", "second:submitted"},
+        {"second:succeeded", "third:submitted"},
+        {"third:succeeded", ":saga_succeeded"}};
+    EXPECT_EQ(log.commits, want);
+    EXPECT_EQ(log.claims, 0);
+    EXPECT_EQ(log.releases, 0);
+    EXPECT_EQ(log.last_commit_released, use_leases);
+    // The observer hears `saga_created` first, as from Submit.
+    ASSERT_FALSE(observed.empty());
+    EXPECT_EQ(observed.front(), ":saga_created");
+    for (const char* step : {"first", "second", "third"}) {
+      EXPECT_EQ(Applied(rec->summary.saga_id + "/" + step), 1) << step;
+    }
+    if (use_leases) {
+      auto other = store_->ClaimSaga(rec->summary.saga_id, "engine-2", 60'000);
+      ASSERT_OK(other);
+      EXPECT_EQ(other->epoch, 2) << "created at epoch 1, claimed once after";
+    }
+
+    // The same call again: the recorded outcome, nothing written or called.
+    log.commits.clear();
+    told.clear();
+    auto again = e.SubmitAndRun(Spec(), {{"who", "ana"}}, key, std::nullopt,
+                                [&](const SubmitResult& sub) { told.push_back(sub); });
+    ASSERT_OK(again);
+    EXPECT_EQ(again->summary.saga_id, rec->summary.saga_id);
+    EXPECT_EQ(again->summary.state, "succeeded");
+    ASSERT_EQ(told.size(), 1u);
+    EXPECT_FALSE(told[0].created);
+    EXPECT_TRUE(log.commits.empty());
+    EXPECT_EQ(Calls(rec->summary.saga_id + "/first"), 1);
+    // Other content under the key: kConflict, nothing run.
+    auto other = e.SubmitAndRun(Spec(), {{"who", "bea"}}, key);
+    EXPECT_EQ(other.status().code(), Code::kConflict) << other.status().ToString();
+  }
+}
+
+// A drive refused at its first write because another caller recorded the
+// key in between drives that caller's saga instead: one saga, one call per
+// step, whoever wins.
+TEST_F(EngineTest, SubmitAndRunsOfOneKeyAtOnceMakeOneSagaAndOneEffectPerStep) {
+  for (int round = 0; round < 5; ++round) {
+    const std::string key = "race-" + std::to_string(round);
+    constexpr int kCallers = 4;
+    std::vector<Result<storage::SagaRecord>> got(kCallers, Status::Internal("not run"));
+    std::vector<std::thread> threads;
+    for (int t = 0; t < kCallers; ++t) {
+      threads.emplace_back([&, t] {
+        EngineOptions o;
+        o.clock = &clock_;
+        o.use_leases = true;
+        o.owner = "engine-" + std::to_string(t);
+        Engine e(store_.get(), &tools_, o);
+        got[t] = e.SubmitAndRun(Spec(), {{"who", "ana"}}, key);
+      });
+    }
+    for (auto& th : threads) th.join();
+    std::set<std::string> ids;
+    for (const auto& r : got) {
+      // The winner's outcome, or the loser told that the winner drives it.
+      if (r.ok()) {
+        ids.insert(r->summary.saga_id);
+      } else {
+        EXPECT_EQ(r.status().code(), Code::kAborted) << r.status().ToString();
+      }
+    }
+    ASSERT_EQ(ids.size(), 1u);
+    const std::string id = *ids.begin();
+    storage::SagaFilter f;
+    auto all = store_->ListSagas(f);
+    ASSERT_OK(all);
+    int of_key = 0;
+    for (const auto& sum : *all) of_key += sum.intent_key == key ? 1 : 0;
+    EXPECT_EQ(of_key, 1);
+    auto rec = store_->LoadSaga(id);
+    ASSERT_OK(rec);
+    EXPECT_EQ(rec->summary.state, "succeeded");
+    for (const char* step : {"first", "second", "third"}) {
+      EXPECT_EQ(Applied(id + "/" + step), 1) << step;
+      EXPECT_EQ(Calls(id + "/" + step), 1) << step;
+    }
+  }
 }
 
 // Under a lease, the drive's last write (the terminal state) gives the lease
