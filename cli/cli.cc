@@ -331,37 +331,56 @@ int CmdValidate(const Options& o, const ToolRegistry& tools) {
   return kExitOk;
 }
 
-// Reads SPEC and --input, then records the intent (idempotent per key).
-Result<SubmitResult> SubmitFromOptions(const Options& o, const ToolRegistry& tools, Engine* engine,
-                                       std::string* key) {
+// What SPEC, --input, --intent-key and --decision ask to submit.
+struct SubmitRequest {
+  SagaSpec spec;
+  Json input;
+  std::string key;
+  std::optional<ModelDecision> decision;
+};
+
+Result<SubmitRequest> ReadSubmitRequest(const Options& o, const ToolRegistry& tools) {
   auto text = ReadFile(o.spec_path);
   if (!text.ok()) return text.status();
   auto spec = ParseSpecText(*text, tools, o.spec_path);
   if (!spec.ok()) return spec.status();
   auto input = ReadInput(o.input);
   if (!input.ok()) return input.status();
-  *key = o.intent_key.empty() ? NewId("intent_") : o.intent_key;
-  std::optional<ModelDecision> decision;
+  SubmitRequest req{std::move(spec).value(), std::move(input).value(),
+                    o.intent_key.empty() ? NewId("intent_") : o.intent_key, std::nullopt};
   if (!o.model_decision.empty()) {
     auto doc = ReadInput(o.model_decision);
     if (!doc.ok()) return doc.status();
     auto d = ParseModelDecision(*doc, "--decision", g_limits.max_decision_text_bytes);
     if (!d.ok()) return d.status();
-    decision = *d;
+    req.decision = *d;
   }
-  return engine->Submit(*spec, *input, *key, decision);
+  return req;
+}
+
+// Reads the request, then records the intent (idempotent per key).
+Result<SubmitResult> SubmitFromOptions(const Options& o, const ToolRegistry& tools, Engine* engine,
+                                       std::string* key) {
+  auto req = ReadSubmitRequest(o, tools);
+  if (!req.ok()) return req.status();
+  *key = req->key;
+  return engine->Submit(req->spec, req->input, req->key, req->decision);
 }
 
 int CmdRun(const Options& o, const ToolRegistry& tools, storage::Store* store,
            const preview_commit::TokenSigner* signer) {
   Engine engine(store, &tools, LiveEngineOptions(true, signer));
-  std::string key;
-  auto sub = SubmitFromOptions(o, tools, &engine, &key);
-  if (!sub.ok()) return Fail(sub.status());
-  std::printf("saga %s (%s, intent key %s)\n", sub->saga_id.c_str(),
-              sub->created ? "new" : "existing: same intent key and content", key.c_str());
-  std::fflush(stdout);
-  auto rec = engine.Run(sub->saga_id);
+  auto req = ReadSubmitRequest(o, tools);
+  if (!req.ok()) return Fail(req.status());
+  // The intent is recorded with the first step's `submitted` (one commit
+  // fewer); the saga is named as soon as it is durable.
+  auto rec = engine.SubmitAndRun(
+      req->spec, req->input, req->key, req->decision, [&](const SubmitResult& sub) {
+        std::printf("saga %s (%s, intent key %s)\n", sub.saga_id.c_str(),
+                    sub.created ? "new" : "existing: same intent key and content",
+                    req->key.c_str());
+        std::fflush(stdout);
+      });
   if (!rec.ok() && rec.status().code() == Code::kAborted) {
     // Another worker holds the saga's lease: it drives the saga, not us.
     std::printf("outcome: %s\n", rec.status().message().c_str());

@@ -450,9 +450,12 @@ Json Session::CallSpecTool(const CatalogEntry& e, const Json& args, const std::s
   const std::string key =
       options_.key_scope + "mcp-spec:" + owner + ":" +
       (call_id.empty() ? e.target + ":" + Fingerprint(args) : "call:" + call_id);
-  auto submitted = backend_.engine->Submit(e.spec, args, key);
-  if (!submitted.ok()) {
-    const Status& s = submitted.status();
+  // A synchronous caller: the intent rides with the first step's write.
+  std::optional<SubmitResult> submitted;
+  auto ran = backend_.engine->SubmitAndRun(e.spec, args, key, std::nullopt,
+                                           [&](const SubmitResult& sub) { submitted = sub; });
+  if (!submitted) {  // nothing recorded: the submission itself failed
+    const Status& s = ran.status();
     return ToolResult(
         "idem could not submit saga " + e.target + ": " + s.message(),
         {{"error",
@@ -461,7 +464,6 @@ Json Session::CallSpecTool(const CatalogEntry& e, const Json& args, const std::s
         true);
   }
   const std::string saga_id = submitted->saga_id;
-  auto ran = backend_.engine->Run(saga_id);
   auto rec = backend_.store->LoadSaga(saga_id);
   if (!rec.ok()) {
     return ToolResult("saga " + saga_id + ": " + rec.status().message(),
