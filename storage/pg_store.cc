@@ -1655,10 +1655,12 @@ Result<bool> ApplyCreateBatch(WriteTx& tx, const WriteBatch& batch, int64_t upda
   p.Add(kInsertIntent, saga.intent_key, saga.fingerprint, saga.saga_id,
         static_cast<int64_t>(saga.created_ms));
   const bool moved = batch.saga_state.has_value();
+  // The pipe points at its string parameters until Run: no temporaries.
+  static const std::string kNoReason;
   const bool leased = !saga.lease_owner.empty();
   p.Add(kInsertCreatedSaga, saga.saga_id, saga.intent_key, saga.fingerprint, saga.spec_name,
         saga.spec, saga.input, moved ? *batch.saga_state : saga.state,
-        moved ? batch.saga_reason : std::string(), static_cast<int64_t>(saga.created_ms),
+        moved ? batch.saga_reason : kNoReason, static_cast<int64_t>(saga.created_ms),
         moved ? updated_ms : static_cast<int64_t>(saga.created_ms), saga.spec_version,
         saga.spec_sha256, saga.lease_owner,
         static_cast<int64_t>(leased && !batch.release_lease ? saga.lease_ms : 0),
