@@ -128,7 +128,10 @@ start_tool() {  # a loopback no-op HTTP tool; its URL in $tool_url
   wait_http "$tool_url/" 100
 }
 
-start_serve() {  # `idem serve` on SQLite with the no-op tools; URL in $serve_url
+# `idem serve` on SQLite with the no-op tools; URL in $serve_url. --workers 64:
+# as many sagas driven at once as the loop's largest C, as Restate runs every
+# invocation at once (the default of 4 caps idem-serve at ~250 sagas/s here).
+start_serve() {
   local dir="$out/serve"
   rm -rf "$dir"
   mkdir -p "$dir"
@@ -150,7 +153,8 @@ start_serve() {  # `idem serve` on SQLite with the no-op tools; URL in $serve_ur
       steps: [step("s1", "a"), step("s2", "b"), step("s3", "c")]}));' "$dir" "$tool_url"
   port=$(free_port)
   start_bg "$dir/serve.log" "$idem" --store "$dir/journal.db" serve --listen "127.0.0.1:$port" \
-    --auth "$dir/auth.json" --tools "$dir/tools.json" --no-ui --max-connections-per-client 256
+    --auth "$dir/auth.json" --tools "$dir/tools.json" --no-ui --max-connections-per-client 256 \
+    --workers 64
   serve_url="http://127.0.0.1:$port"
   serve_token=$token
   serve_spec="$dir/spec.json"
