@@ -133,7 +133,9 @@ class SagaRun {
   void MarkTakenOver() { taken_over_ = true; }
   /// The saga's pending control request (cancel, pause, resume) as the
   /// store holds it (storage/control_store.h; nullopt for a store without
-  /// them): asked before the drive and between steps (saga/run_control.cc).
+  /// them, and without a read while the saga is unborn: no request can
+  /// name it yet): asked before the drive and between steps
+  /// (saga/run_control.cc).
   Result<std::optional<storage::ControlRequest>> PendingControl() const;
   /// Removes the request once carried out (its state change durable).
   Status SettleControl(const std::string& request_id) const;

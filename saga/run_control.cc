@@ -11,7 +11,9 @@ namespace idem {
 
 Result<std::optional<storage::ControlRequest>> SagaRun::PendingControl() const {
   storage::ControlStore* controls = store_->Controls();
-  if (controls == nullptr) return std::optional<storage::ControlRequest>();
+  // A saga not in the store yet has none: a request names a recorded saga
+  // (ControlStore::RequestControl refuses any other), so no read is spent.
+  if (controls == nullptr || unborn_) return std::optional<storage::ControlRequest>();
   return controls->PendingControl(saga_id());
 }
 
