@@ -63,6 +63,9 @@ class HttpProvidersTest : public ::testing::Test {
  protected:
   void SetUp() override { ledger_path_ = dir_.File("ledger.sqlite"); }
   void TearDown() override {
+    // The tools first: the connections they keep open would hold the
+    // providers' server (cpp-httplib waits out its keep-alive) at Stop.
+    tools_ = ToolRegistry();
     if (providers_) providers_->Stop();
     providers_.reset();
   }

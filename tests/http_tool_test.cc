@@ -14,6 +14,7 @@
 #include <future>
 #include <map>
 #include <mutex>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -31,6 +32,7 @@
 #include "common/json_util.h"
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -614,6 +616,170 @@ TEST(HttpToolTest, PreviewReadsSummaryChangesAndVersion) {
   PreviewOutcome no_summary = tool->Preview(Call("k", {{"mode", 3}}));
   EXPECT_FALSE(no_summary.ok);
   EXPECT_EQ(no_summary.error, "payments.charge preview: the answer has no \"summary\" string");
+}
+
+// ---- Connections kept between calls ---------------------------------------------------
+
+/// A provider that answers every charge and lookup and notes the client
+/// port of each request: one port per connection the tool opened.
+struct PortProvider {
+  TestServer server;
+  std::mutex mu;
+  std::vector<int> ports;  // GUARDED_BY(mu), one per request
+  std::atomic<int> commits{0};
+
+  PortProvider() {
+    server.Http().Post("/charges", [this](const httplib::Request& req, httplib::Response& res) {
+      Note(req);
+      res.set_content(R"({"id": "ch_)" + std::to_string(++commits) + "\"}", "application/json");
+    });
+    server.Http().Get(
+        R"(/charges/status/(.+))", [this](const httplib::Request& req, httplib::Response& res) {
+          Note(req);
+          res.set_content(R"({"status": "applied", "result": {}})", "application/json");
+        });
+  }
+  void Note(const httplib::Request& req) {
+    std::lock_guard<std::mutex> lock(mu);
+    ports.push_back(req.remote_port);
+  }
+  size_t Connections() {
+    std::lock_guard<std::mutex> lock(mu);
+    return std::set<int>(ports.begin(), ports.end()).size();
+  }
+  size_t Requests() {
+    std::lock_guard<std::mutex> lock(mu);
+    return ports.size();
+  }
+};
+
+TEST(HttpToolTest, CallsInARowShareOneConnection) {
+  PortProvider p;
+  ASSERT_GT(p.server.Start(), 0);
+  auto tool = MakeTool(p.server.Port());
+  for (int i = 0; i < 3; ++i) {
+    ToolOutcome o = tool->Invoke(Call("saga_1/step_" + std::to_string(i)));
+    EXPECT_EQ(o.kind, OutcomeKind::kSucceeded) << o.error;
+  }
+  EXPECT_EQ(tool->Lookup("saga_1/step_0").kind, LookupKind::kApplied);
+  EXPECT_EQ(p.Requests(), 4u);
+  EXPECT_EQ(p.Connections(), 1u) << "every call after the first went on the kept connection";
+  EXPECT_EQ(p.commits.load(), 3);
+}
+
+TEST(HttpToolTest, AConnectionTheServerClosedIsReplacedAndEachCallSentOnce) {
+  // Closed after each answer (Connection: close): a new one per call.
+  {
+    PortProvider p;
+    p.server.Http().set_keep_alive_max_count(1);
+    ASSERT_GT(p.server.Start(), 0);
+    auto tool = MakeTool(p.server.Port());
+    for (int i = 0; i < 3; ++i) {
+      ToolOutcome o = tool->Invoke(Call("saga_2/step_" + std::to_string(i)));
+      EXPECT_EQ(o.kind, OutcomeKind::kSucceeded) << o.error;
+    }
+    EXPECT_EQ(p.Connections(), 3u);
+    EXPECT_EQ(p.commits.load(), 3);
+  }
+  // Closed by the server while idle (its keep-alive timeout, 1 s, inside
+  // the tool's 2 s): noticed before the next request is written.
+  {
+    PortProvider p;
+    p.server.Http().set_keep_alive_timeout(1);
+    ASSERT_GT(p.server.Start(), 0);
+    auto tool = MakeTool(p.server.Port());
+    EXPECT_EQ(tool->Invoke(Call("saga_3/a")).kind, OutcomeKind::kSucceeded);
+    std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+    ToolOutcome o = tool->Invoke(Call("saga_3/b"));
+    EXPECT_EQ(o.kind, OutcomeKind::kSucceeded) << o.error;
+    EXPECT_EQ(p.Requests(), 2u);
+    EXPECT_EQ(p.Connections(), 2u);
+    EXPECT_EQ(p.commits.load(), 2);
+  }
+}
+
+/// One kept connection that the peer resets under the second request,
+/// then (if the tool connects again within 1 s) a new connection whose
+/// request is answered. What the peer read, in order.
+struct ResetUnderSecondRequest {
+  RawListener listener;
+  std::vector<std::string> requests;  // written by the peer thread; read after join
+  bool reconnected = false;
+  std::thread peer;
+
+  ResetUnderSecondRequest() {
+    peer = std::thread([this] {
+      const std::string ok =
+          "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 13\r\n\r\n"
+          R"({"id":"ch_1"})";
+      int a = ::accept(listener.fd, nullptr, nullptr);
+      if (a < 0) return;
+      requests.push_back(ReadRequest(a));
+      (void)!::send(a, ok.data(), ok.size(), MSG_NOSIGNAL);
+      requests.push_back(ReadRequest(a));  // the second, on the kept connection
+      linger hard{1, 0};                   // then a reset, no answer
+      ::setsockopt(a, SOL_SOCKET, SO_LINGER, &hard, sizeof hard);
+      ::close(a);
+      pollfd pf{listener.fd, POLLIN, 0};
+      if (::poll(&pf, 1, 1000) != 1) return;
+      int b = ::accept(listener.fd, nullptr, nullptr);
+      if (b < 0) return;
+      reconnected = true;
+      requests.push_back(ReadRequest(b));
+      const std::string again =
+          "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\n"
+          "Content-Length: 13\r\n\r\n"
+          R"({"id":"ch_1"})";
+      (void)!::send(b, again.data(), again.size(), MSG_NOSIGNAL);
+      ::close(b);
+    });
+  }
+  ~ResetUnderSecondRequest() {
+    if (peer.joinable()) peer.join();
+  }
+};
+
+std::string KeyOf(const std::string& request) {
+  const std::string h = "Idempotency-Key: ";
+  size_t at = request.find(h);
+  if (at == std::string::npos) return "";
+  return request.substr(at + h.size(), request.find("\r\n", at) - at - h.size());
+}
+
+TEST(HttpToolTest, AKeptConnectionResetUnderTheRequestIsResentOnceOnlyToAProviderThatHonoursKeys) {
+  // honours_keys: the same request, same key, once more on a new connection.
+  {
+    ResetUnderSecondRequest peer;
+    auto tool = MakeTool(peer.listener.port);
+    EXPECT_EQ(tool->Invoke(Call("saga_4/a")).kind, OutcomeKind::kSucceeded);
+    ToolOutcome o = tool->Invoke(Call("saga_4/b", {{"amount", 5}}));
+    peer.peer.join();
+    EXPECT_EQ(o.kind, OutcomeKind::kSucceeded) << o.error;
+    ASSERT_TRUE(peer.reconnected);
+    ASSERT_EQ(peer.requests.size(), 3u);
+    EXPECT_EQ(KeyOf(peer.requests[1]), "saga_4/b");
+    EXPECT_EQ(KeyOf(peer.requests[2]), "saga_4/b");
+    EXPECT_NE(peer.requests[2].find("\"amount\":5"), std::string::npos);
+  }
+  // A provider that does not honour keys may have acted on it: unknown,
+  // never sent again.
+  {
+    ResetUnderSecondRequest peer;
+    std::string doc = ToolsDoc(peer.listener.port);
+    doc.replace(doc.find("\"honours_keys\": true"), 20, "\"honours_keys\": false");
+    Result<Json> parsed = ParseJson(doc, "test");
+    ASSERT_OK(parsed);
+    Result<std::vector<HttpToolConfig>> configs = ParseHttpTools(*parsed);
+    ASSERT_OK(configs);
+    Result<std::unique_ptr<Tool>> tool = NewHttpTool((*configs)[0]);
+    ASSERT_OK(tool);
+    EXPECT_EQ((*tool)->Invoke(Call("saga_5/a")).kind, OutcomeKind::kSucceeded);
+    ToolOutcome o = (*tool)->Invoke(Call("saga_5/b"));
+    peer.peer.join();
+    EXPECT_EQ(o.kind, OutcomeKind::kUnknown) << o.error;
+    EXPECT_FALSE(peer.reconnected) << "an uncertain call was sent again";
+    EXPECT_EQ(peer.requests.size(), 2u);
+  }
 }
 
 // ---- LoadHttpTools --------------------------------------------------------------------

@@ -9,6 +9,8 @@
 #include <cstdlib>
 #include <fstream>
 #include <memory>
+#include <mutex>
+#include <set>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -70,12 +72,15 @@ class TlsProvider {
     svr_.Post("/charges", [this](const httplib::Request& req, httplib::Response& res) {
       int n = ++calls_;
       last_key_ = req.get_header_value("Idempotency-Key");
+      Note(req);
       res.set_content(R"({"id": "ch_)" + std::to_string(n) + "\"}", "application/json");
     });
-    svr_.Get(R"(/charges/status/(.+))", [this](const httplib::Request&, httplib::Response& res) {
-      ++lookups_;
-      res.set_content(R"({"status": "applied", "result": {"id": "ch_1"}})", "application/json");
-    });
+    svr_.Get(
+        R"(/charges/status/(.+))", [this](const httplib::Request& req, httplib::Response& res) {
+          ++lookups_;
+          Note(req);
+          res.set_content(R"({"status": "applied", "result": {"id": "ch_1"}})", "application/json");
+        });
     port_ = svr_.bind_to_any_port("127.0.0.1");
     thread_ = std::thread([this] { svr_.listen_after_bind(); });
     for (int i = 0; i < 2000 && !svr_.is_running(); ++i) {
@@ -94,9 +99,21 @@ class TlsProvider {
   int calls() const { return calls_; }
   int lookups() const { return lookups_; }
   std::string last_key() const { return last_key_; }
+  /// The connections the requests came on (one client port each).
+  size_t connections() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return std::set<int>(ports_.begin(), ports_.end()).size();
+  }
 
  private:
+  void Note(const httplib::Request& req) {
+    std::lock_guard<std::mutex> lock(mu_);
+    ports_.push_back(req.remote_port);
+  }
+
   httplib::SSLServer svr_;
+  std::mutex mu_;
+  std::vector<int> ports_;  // GUARDED_BY(mu_)
   std::thread thread_;
   int port_ = 0;
   std::atomic<int> calls_{0};
@@ -155,6 +172,23 @@ TEST(HttpsToolTest, ValidChainWithCaFileCallsOnce) {
   LookupOutcome l = tool->Lookup("saga_1/charge");
   EXPECT_EQ(l.kind, LookupKind::kApplied) << l.error;
   EXPECT_EQ(provider.lookups(), 1);
+}
+
+// Calls in a row go on the connection the first one opened: one handshake.
+TEST(HttpsToolTest, CallsInARowShareOneConnectionAndItsHandshake) {
+  TlsProvider provider("server");
+  ASSERT_TRUE(provider.valid());
+  ToolRegistry registry;
+  Tool* tool = Load(ToolsDoc(provider.port(), Field("ca_file", Cert("ca.pem"))), &registry);
+  ASSERT_NE(tool, nullptr);
+  for (const char* key : {"saga_1/a", "saga_1/b", "saga_1/c"}) {
+    ToolOutcome o = tool->Invoke(Call(key));
+    EXPECT_EQ(o.kind, OutcomeKind::kSucceeded) << o.error;
+  }
+  EXPECT_EQ(tool->Lookup("saga_1/a").kind, LookupKind::kApplied);
+  EXPECT_EQ(provider.calls(), 3);
+  EXPECT_EQ(provider.lookups(), 1);
+  EXPECT_EQ(provider.connections(), 1u);
 }
 
 TEST(HttpsToolTest, LocalhostNameMatchesTheCertificateToo) {
@@ -859,6 +893,7 @@ TEST(TravelProvidersTlsTest, ServeHttpsToTheToolsFileWithTheCa) {
   EXPECT_EQ(o2.kind, OutcomeKind::kSucceeded) << o2.error;
   EXPECT_TRUE(o2.replayed);
   EXPECT_EQ(flights->Lookup(call.key).kind, LookupKind::kApplied);
+  registry = ToolRegistry();  // its kept connections closed before the server stops
   (*providers)->Stop();
 
   // Both files or neither; the key owner-only.

@@ -103,14 +103,15 @@ Client::Watch* WatchOf(const SSL* ssl) {
   return static_cast<Client::Watch*>(SSL_CTX_get_ex_data(SSL_get_SSL_CTX(ssl), WatchIndex()));
 }
 
-// Notes a CertificateRequest from the server.
+// Notes the client's ClientHello (a handshake in this exchange) and a
+// CertificateRequest from the server.
 void OnMessage(int write_p, int /*version*/, int content_type, const void* buf, size_t len,
                SSL* /*ssl*/, void* arg) {
   auto* watch = static_cast<Client::Watch*>(arg);
-  if (write_p == 0 && content_type == SSL3_RT_HANDSHAKE && len > 0 &&
-      static_cast<const unsigned char*>(buf)[0] == SSL3_MT_CERTIFICATE_REQUEST) {
-    watch->certificate_requested = true;
-  }
+  if (content_type != SSL3_RT_HANDSHAKE || len == 0) return;
+  const unsigned char type = static_cast<const unsigned char*>(buf)[0];
+  if (write_p != 0 && type == SSL3_MT_CLIENT_HELLO) watch->hello_sent = true;
+  if (write_p == 0 && type == SSL3_MT_CERTIFICATE_REQUEST) watch->certificate_requested = true;
 }
 
 // At the end of the client's side of a TLS 1.3 handshake in which the server
@@ -180,6 +181,13 @@ Client::Client(const HttpToolConfig& config) : config_(config) {
 
 Client::~Client() = default;
 
+void Client::BeginExchange() {
+  watch_.hello_sent = false;
+  watch_.certificate_requested = false;
+  watch_.waited = false;
+  watch_.closed_after_handshake = false;
+}
+
 Failure Client::Classify(httplib::Error error) {
   const HttpToolConfig& c = config_;
   httplib::ClientImpl& cli = *cli_;
@@ -220,6 +228,9 @@ Failure Client::Classify(httplib::Error error) {
     }
     case httplib::Error::Read:
     case httplib::Error::Write: {
+      // On a connection kept from an earlier exchange the request may have
+      // been read: unknown, whatever the alert.
+      if (!watch_.hello_sent) break;
       // TLS 1.3: the client's side of the handshake ends before the server
       // checks the client's certificate, so its refusal arrives as the
       // first read (or write) fails. The server has not read the request.

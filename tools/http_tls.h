@@ -43,7 +43,7 @@
 // for the server's next word (its session tickets, or the close that
 // follows an alert), at most min(connect_timeout_ms, 1 s).
 //
-// Thread safety: free functions; a client is used by one thread.
+// Thread safety: free functions; a client is used by one thread at a time.
 
 #include <cstdint>
 #include <memory>
@@ -74,9 +74,10 @@ struct Failure {
   std::string reason;     ///< "the TLS handshake with 127.0.0.1:8443 failed: ..."
 };
 
-/// The client for one exchange of `config` (an SSLClient for https), and
-/// what its handshake showed. Not copyable or movable (the TLS callbacks
-/// point at it).
+/// The client of `config` (an SSLClient for https): one connection, kept
+/// open between exchanges while the server keeps it (tools/http_tool.cc
+/// pools them), and what the handshake of the current exchange showed. Not
+/// copyable or movable (the TLS callbacks point at it).
 class Client {
  public:
   explicit Client(const HttpToolConfig& config);
@@ -87,15 +88,23 @@ class Client {
   /// The client; timeouts are the caller's to set.
   httplib::ClientImpl& get() { return *cli_; }
 
+  /// Forgets what the previous exchange's handshake showed: call before
+  /// each send. An exchange on a connection kept from an earlier one has
+  /// no handshake of its own.
+  void BeginExchange();
+
   /// Classifies the exchange that just failed with `error`. Call it on the
   /// sending thread right after send, the OpenSSL error queue cleared before
   /// send; drains that queue. `tls` is false for plain HTTP or a failure
-  /// that is not a TLS one.
+  /// that is not a TLS one. A failed read or write is read as the server's
+  /// refusal of the handshake only when this exchange made one: on a kept
+  /// connection the request may have been read, so it stays unknown.
   Failure Classify(httplib::Error error);
 
   /// What the TLS callbacks saw (public for them; not an interface).
   struct Watch {
-    int64_t wait_ms = 0;  ///< the wait after a TLS 1.3 handshake
+    int64_t wait_ms = 0;      ///< the wait after a TLS 1.3 handshake
+    bool hello_sent = false;  ///< this exchange began a handshake (its ClientHello)
     bool certificate_requested = false;
     bool waited = false;
     bool closed_after_handshake = false;

@@ -3,8 +3,11 @@
 #include <algorithm>
 #include <array>
 #include <cctype>
+#include <chrono>
 #include <exception>
 #include <fstream>
+#include <memory>
+#include <mutex>
 #include <set>
 #include <sstream>
 #include <string_view>
@@ -26,6 +29,12 @@ namespace {
 
 constexpr int kMaxDepth = 64;
 constexpr size_t kMaxResponseBytes = 8u << 20;  // 8 MiB
+// Connections kept open between exchanges, per tool, and for how long one
+// may idle and still be used: well below the keep-alive timeouts servers
+// commonly close idle connections at (5 s: Node, Apache, idem serve), so
+// that a request rarely meets a connection the server is closing.
+constexpr size_t kMaxIdleConnections = 64;
+constexpr int64_t kMaxIdleMs = 2'000;
 constexpr int64_t kMaxTimeoutMs = 600'000;
 constexpr int64_t kMaxConnectTimeoutMs = 60'000;
 
@@ -550,8 +559,10 @@ class HttpTool : public Tool {
       httplib::Headers headers = {{"Idempotency-Key", call.key},
                                   {"Idempotency-Attempt", std::to_string(call.attempt)}};
       if (!call.expected_version.empty()) headers.emplace("If-Match", call.expected_version);
-      Exchange x = Send(config_.commit, ExpandKey(config_.commit.path, call.key),
-                        std::move(headers), Body(call.args));
+      // A provider that honours keys answers a resent request from its
+      // record of the first: the request may be sent again.
+      Exchange x = Send(config_.commit, ExpandKey(config_.commit.path, call.key), headers,
+                        Body(call.args), config_.info.honours_keys);
       return ClassifyCommit(what, x, config_.info.completion.accepts);
     } catch (const std::exception& e) {
       return ToolOutcome::Unknown(what + ": unexpected error: " + e.what());
@@ -567,7 +578,8 @@ class HttpTool : public Tool {
       return o;
     }
     try {
-      Exchange x = Send(config_.status, ExpandKey(config_.status.path, key), {}, "");
+      Exchange x = Send(config_.status, ExpandKey(config_.status.path, key), {}, "",
+                        /*resendable=*/true);  // a read
       if (!x.answered) {
         o.error = what + ": " + DescribeError(x);
         return o;
@@ -632,7 +644,8 @@ class HttpTool : public Tool {
     }
     try {
       Exchange x =
-          Send(config_.preview, ExpandKey(config_.preview.path, call.key), {}, Body(call.args));
+          Send(config_.preview, ExpandKey(config_.preview.path, call.key), {}, Body(call.args),
+               /*resendable=*/true);  // a preview has no effect
       if (!x.answered) {
         o.error = what + ": " + DescribeError(x);
         o.retryable = true;  // a preview has no effect: asking again is safe
@@ -679,22 +692,89 @@ class HttpTool : public Tool {
     return args.is_null() ? std::string("{}") : CanonicalJson(args);
   }
 
-  Exchange Send(const HttpEndpoint& endpoint, const std::string& path, httplib::Headers headers,
-                const std::string& body) const {
-    http_tls::Client client(config_);
+  // A client of config_, kept open since `idle_since`.
+  struct Idle {
+    std::unique_ptr<http_tls::Client> client;
+    std::chrono::steady_clock::time_point idle_since;
+  };
+
+  // A client whose connection is still open from an earlier exchange and
+  // idled less than kMaxIdleMs (*kept set), else a new one (connected by
+  // its send). Connections idle longer are closed.
+  std::unique_ptr<http_tls::Client> TakeClient(bool* kept) const {
+    const auto now = std::chrono::steady_clock::now();
+    const auto fresh = [&](const Idle& i) {
+      return now - i.idle_since < std::chrono::milliseconds(kMaxIdleMs);
+    };
+    std::vector<Idle> stale;  // closed outside the lock
+    std::unique_ptr<http_tls::Client> client;
+    {
+      std::lock_guard<std::mutex> lock(idle_mu_);
+      // Oldest first: the stale ones lead.
+      auto first_fresh = std::find_if(idle_.begin(), idle_.end(), fresh);
+      stale.assign(std::make_move_iterator(idle_.begin()), std::make_move_iterator(first_fresh));
+      idle_.erase(idle_.begin(), first_fresh);
+      if (!idle_.empty()) {
+        client = std::move(idle_.back().client);  // the most recently used
+        idle_.pop_back();
+      }
+    }
+    *kept = client != nullptr;
+    return client ? std::move(client) : std::make_unique<http_tls::Client>(config_);
+  }
+
+  // Keeps `client` for the next exchange if its exchange ended with a
+  // whole response on a connection the server keeps open.
+  void GiveBack(std::unique_ptr<http_tls::Client> client, const Exchange& x) const {
+    if (!x.answered || !client->get().is_socket_open()) return;
+    std::lock_guard<std::mutex> lock(idle_mu_);
+    if (idle_.size() >= kMaxIdleConnections) return;
+    idle_.push_back(Idle{std::move(client), std::chrono::steady_clock::now()});
+  }
+
+  // One exchange. On a kept connection that the server closed or reset as
+  // the request went out (a failed write, or a read that failed before any
+  // byte of an answer and before the timeout), a `resendable` request (a
+  // read, a preview, a commit to a provider that honours keys) goes out
+  // once more on a new connection; any other stays as it failed (unknown).
+  Exchange Send(const HttpEndpoint& endpoint, const std::string& path,
+                const httplib::Headers& headers, const std::string& body, bool resendable) const {
+    bool kept = false;
+    std::unique_ptr<http_tls::Client> client = TakeClient(&kept);
+    const auto start = std::chrono::steady_clock::now();
+    Exchange x = SendOn(*client, endpoint, path, headers, body);
+    const bool cut =
+        x.error == httplib::Error::Write ||
+        (x.error == httplib::Error::Read && x.status == 0 && x.body.empty() &&
+         std::chrono::steady_clock::now() - start < std::chrono::milliseconds(config_.timeout_ms));
+    if (kept && resendable && !x.answered && !x.too_large && cut) {
+      client = std::make_unique<http_tls::Client>(config_);
+      x = SendOn(*client, endpoint, path, headers, body);
+    }
+    GiveBack(std::move(client), x);
+    return x;
+  }
+
+  Exchange SendOn(http_tls::Client& client, const HttpEndpoint& endpoint, const std::string& path,
+                  const httplib::Headers& headers, const std::string& body) const {
+    client.BeginExchange();
     httplib::ClientImpl& cli = client.get();
     cli.set_connection_timeout(config_.connect_timeout_ms / 1000,
                                (config_.connect_timeout_ms % 1000) * 1000);
     cli.set_read_timeout(config_.timeout_ms / 1000, (config_.timeout_ms % 1000) * 1000);
     cli.set_write_timeout(config_.timeout_ms / 1000, (config_.timeout_ms % 1000) * 1000);
-    cli.set_keep_alive(false);
+    cli.set_keep_alive(true);
+    // A kept connection sends each request as soon as it is written (its
+    // head and body go out in separate writes, which Nagle's algorithm
+    // would hold for the peer's delayed ACK).
+    cli.set_tcp_nodelay(true);
     cli.set_follow_location(false);
     cli.set_url_encode(false);  // paths are validated ASCII; keys are encoded above
 
     httplib::Request req;
     req.method = endpoint.method;
     req.path = config_.base_path + path;
-    req.headers = std::move(headers);
+    req.headers = headers;
     for (const auto& [name, value] : config_.headers) req.headers.emplace(name, value);
     req.headers.emplace("Accept", "application/json, application/problem+json");
     if (endpoint.method != "GET") {
@@ -732,6 +812,8 @@ class HttpTool : public Tool {
   }
 
   HttpToolConfig config_;
+  mutable std::mutex idle_mu_;
+  mutable std::vector<Idle> idle_;  // GUARDED_BY(idle_mu_), oldest first
 };
 
 Result<std::string> ReadFile(const std::string& path) {

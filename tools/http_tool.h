@@ -78,9 +78,18 @@
 // its commit path with keys must not see the key twice), and reads a 200
 // {"summary": "...", "changes": {...}, "resource_version": "..."}.
 //
+// Connections: a tool keeps up to 64 connections to its provider open
+// between calls (HTTP/1.1 keep-alive; for https, no handshake per call) and
+// uses one again only if it idled less than 2 s, well inside the 5 s after
+// which common servers close idle ones; a connection the server closed is
+// noticed before the request is written and replaced. The outcome rules
+// above are the same on a kept connection, except that a failed read or
+// write there is always "unknown" (the server may have read the request;
+// it is never read as a TLS refusal, which only a new handshake can show).
+//
 // Thread safety: an HTTP tool may be invoked from several threads at once;
-// every call opens its own connection. No exception leaves Invoke, Lookup or
-// Preview.
+// each exchange holds its connection alone. No exception leaves Invoke,
+// Lookup or Preview.
 
 #include <cstdint>
 #include <map>
