@@ -13,6 +13,8 @@
 #   BENCH_QUICK=1                      one round, short windows (about a minute)
 #   BENCH_REPS=N                       rounds (default 3)
 #   BENCH_PEERS_CONC=1,16,64           the concurrencies
+#   BENCH_PEERS_ONLY=idem-serve,...    only these systems' rounds (a quick
+#                                      check of one path; every system by default)
 #
 # The peers come from bench/peers/node_modules, installed by `npm ci` in
 # scripts/install-deps.sh (pinned in package-lock.json); nothing is
@@ -131,6 +133,9 @@ start_tool() {  # a loopback no-op HTTP tool; its URL in $tool_url
 # `idem serve` on SQLite with the no-op tools; URL in $serve_url. --workers 64:
 # as many sagas driven at once as the loop's largest C, as Restate runs every
 # invocation at once (the default of 4 caps idem-serve at ~250 sagas/s here).
+# --http-threads 160: every request of the loop's largest C waits for its
+# outcome (at most half the handler threads wait; with the default 8, 60 of
+# 64 requests were answered 202 at once and asked again).
 start_serve() {
   local dir="$out/serve"
   rm -rf "$dir"
@@ -154,12 +159,15 @@ start_serve() {
   port=$(free_port)
   start_bg "$dir/serve.log" "$idem" --store "$dir/journal.db" serve --listen "127.0.0.1:$port" \
     --auth "$dir/auth.json" --tools "$dir/tools.json" --no-ui --max-connections-per-client 256 \
-    --workers 64
+    --workers 64 --http-threads 160
   serve_url="http://127.0.0.1:$port"
   serve_token=$token
   serve_spec="$dir/spec.json"
   wait_http "$serve_url/healthz" 300
 }
+
+only=${BENCH_PEERS_ONLY:-}
+wanted() { [[ -z "$only" || ",$only," == *",$1,"* ]]; }
 
 round() {  # NAME CMD...: one system's round, its JSON lines appended
   local name=$1
@@ -171,32 +179,46 @@ round() {  # NAME CMD...: one system's round, its JSON lines appended
 echo "bench-peers: $(uptime)" >&2
 t0=$(date +%s)
 for rep in $(seq 1 "$reps"); do
-  round idem-sqlite "$bench" --peer-round sqlite --out-dir "$out/idem" "${loop[@]}"
+  if wanted idem-sqlite; then
+    round idem-sqlite "$bench" --peer-round sqlite --out-dir "$out/idem" "${loop[@]}"
+  fi
 
-  start_pg
-  round idem-pg "$bench" --peer-round pg --pg-url "$pg_url" --out-dir "$out/idem" "${loop[@]}"
-  dbos_url=$(printf %s "$pg_url" | sed -E 's#/[^/?]+(\?|$)#/dbos_bench\1#')
-  (cd "$peers" && round dbos node dbos_bench.mjs --url "$dbos_url" "${loop[@]}")
-  stop_pg
+  if wanted idem-pg || wanted dbos; then
+    start_pg
+    if wanted idem-pg; then
+      round idem-pg "$bench" --peer-round pg --pg-url "$pg_url" --out-dir "$out/idem" "${loop[@]}"
+    fi
+    if wanted dbos; then
+      dbos_url=$(printf %s "$pg_url" | sed -E 's#/[^/?]+(\?|$)#/dbos_bench\1#')
+      (cd "$peers" && round dbos node dbos_bench.mjs --url "$dbos_url" "${loop[@]}")
+    fi
+    stop_pg
+  fi
 
-  start_restate "lib-$rep"
-  (cd "$peers" && round restate node restate_bench.mjs --ingress "$restate_ingress" \
-    --admin "$restate_admin" --port "$(free_port)" "${loop[@]}")
-  stop_started
+  if wanted restate; then
+    start_restate "lib-$rep"
+    (cd "$peers" && round restate node restate_bench.mjs --ingress "$restate_ingress" \
+      --admin "$restate_admin" --port "$(free_port)" "${loop[@]}")
+    stop_started
+  fi
 
   # The server path: submit-and-wait over loopback HTTP, loopback HTTP tools.
-  start_tool
-  start_serve
-  (cd "$peers" && round idem-serve node idem_serve_bench.mjs --url "$serve_url" \
-    --token "$serve_token" --spec "$serve_spec" "${loop[@]}")
-  stop_started
+  if wanted idem-serve; then
+    start_tool
+    start_serve
+    (cd "$peers" && round idem-serve node idem_serve_bench.mjs --url "$serve_url" \
+      --token "$serve_token" --spec "$serve_spec" "${loop[@]}")
+    stop_started
+  fi
 
-  start_tool
-  start_restate "http-$rep"
-  (cd "$peers" && round restate-http node restate_bench.mjs --system restate-http \
-    --ingress "$restate_ingress" --admin "$restate_admin" --port "$(free_port)" \
-    --tool "$tool_url/a" "${loop[@]}")
-  stop_started
+  if wanted restate-http; then
+    start_tool
+    start_restate "http-$rep"
+    (cd "$peers" && round restate-http node restate_bench.mjs --system restate-http \
+      --ingress "$restate_ingress" --admin "$restate_admin" --port "$(free_port)" \
+      --tool "$tool_url/a" "${loop[@]}")
+    stop_started
+  fi
 done
 echo "bench-peers: $(( $(date +%s) - t0 )) s; $(uptime)" >&2
 node "$peers/summarize.mjs" "$rows" | tee "$out/results.txt"
