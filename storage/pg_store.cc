@@ -190,15 +190,16 @@ constexpr Statement kSelectEffects = {
 // kSelectIntent under another name, for the pqxx read path (the two sets of
 // names must not overlap: pqxx prepares its own statements lazily).
 constexpr Statement kReadIntent = {"read_intent", kSelectIntent.sql};
+#define IDEM_PG_CONTROL_COLUMNS \
+  "SELECT saga_id, request_id, kind, requested_by, reason, requested_ms FROM saga_controls"
+// A saga's pending control request: read by every drive between steps.
+constexpr Statement kReadControl = {"read_control", IDEM_PG_CONTROL_COLUMNS " WHERE saga_id = $1"};
 // Why a fenced write was refused (read after the batch was undone).
 constexpr Statement kSagaEpoch = {"saga_epoch", "SELECT lease_epoch FROM sagas WHERE saga_id = $1"};
 
 // Run through pqxx (one statement on its own each).
 constexpr std::array kReadStatements = {
-    kReadIntent,
-    kSelectSagaWithSteps,
-    kSelectJournal,
-    kSelectEffects,
+    kReadIntent, kReadControl, kSelectSagaWithSteps, kSelectJournal, kSelectEffects,
 };
 
 // Server state (storage/server_state.h). Bodies travel as hex text (bytea
@@ -276,8 +277,6 @@ constexpr Statement kInsertDrift = {
     "insert_drift",
     "INSERT INTO drift_findings (kind, tool, key, saga_id, step_id, detail, found_ms)"
     " VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT DO NOTHING RETURNING txid_current()"};
-#define IDEM_PG_CONTROL_COLUMNS \
-  "SELECT saga_id, request_id, kind, requested_by, reason, requested_ms FROM saga_controls"
 constexpr Statement kLockControl = {"lock_control",
                                     IDEM_PG_CONTROL_COLUMNS " WHERE saga_id = $1 FOR UPDATE"};
 constexpr Statement kReplaceControl = {
@@ -2780,7 +2779,7 @@ Result<std::optional<ControlRequest>> PgStore::PendingControl(const std::string&
   return Run<std::optional<ControlRequest>>(
       "read control request", Access::kOneStatement,
       [&](pqxx::transaction_base& tx) -> Result<std::optional<ControlRequest>> {
-        pqxx::result q = tx.exec_params(IDEM_PG_CONTROL_COLUMNS " WHERE saga_id = $1", saga_id);
+        pqxx::result q = tx.exec_prepared(kReadControl.name, saga_id);
         if (q.empty()) return std::optional<ControlRequest>();
         return std::optional<ControlRequest>(
             ReadControl(FieldText(q[0][0]), FieldText(q[0][1]), FieldText(q[0][2]),
