@@ -332,15 +332,22 @@ Status DriveStates(SagaRun* run) {
   std::deque<SagaCommand> queue;
   auto taken = TakeControl(run, &queue);  // a cancel, pause or resume first
   if (!taken.ok()) return taken.status();
+  // True while the request was just read and found none, and no step was
+  // driven since: the first command needs no second read.
+  bool checked = false;
   if (!*taken) {
     IDEM_RETURN_IF_ERROR(FirstCommands(run, &queue));
+    checked = true;
   }
 
   while (!queue.empty()) {
     if (run->Stopping()) return Status::Aborted("stopping: saga left between steps");
-    taken = TakeControl(run, &queue);  // between steps
-    if (!taken.ok()) return taken.status();
-    if (*taken) continue;
+    if (!checked) {
+      taken = TakeControl(run, &queue);  // between steps
+      if (!taken.ok()) return taken.status();
+      if (*taken) continue;
+    }
+    checked = false;
     SagaCommand cmd = queue.front();
     queue.pop_front();
     switch (cmd) {
