@@ -31,6 +31,7 @@
 #include "common/clock.h"
 #include "common/json_util.h"
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -653,6 +654,20 @@ struct PortProvider {
   }
 };
 
+/// The descriptor flags of this process's sockets connected to
+/// 127.0.0.1:`port` (the connections a tool keeps to that provider).
+std::vector<int> FlagsOfSocketsTo(int port) {
+  std::vector<int> flags;
+  for (int fd = 0; fd < 1024; ++fd) {
+    sockaddr_in peer{};
+    socklen_t len = sizeof peer;
+    if (::getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &len) != 0) continue;
+    if (peer.sin_family != AF_INET || ntohs(peer.sin_port) != port) continue;
+    flags.push_back(::fcntl(fd, F_GETFD));
+  }
+  return flags;
+}
+
 TEST(HttpToolTest, CallsInARowShareOneConnection) {
   PortProvider p;
   ASSERT_GT(p.server.Start(), 0);
@@ -665,6 +680,12 @@ TEST(HttpToolTest, CallsInARowShareOneConnection) {
   EXPECT_EQ(p.Requests(), 4u);
   EXPECT_EQ(p.Connections(), 1u) << "every call after the first went on the kept connection";
   EXPECT_EQ(p.commits.load(), 3);
+  // Kept open for the next call, and never inherited by a child process
+  // (an MCP server the gateway starts later): cpp-httplib opens its sockets
+  // close-on-exec.
+  std::vector<int> kept = FlagsOfSocketsTo(p.server.Port());
+  ASSERT_EQ(kept.size(), 1u);
+  EXPECT_NE(kept[0] & FD_CLOEXEC, 0);
 }
 
 TEST(HttpToolTest, AConnectionTheServerClosedIsReplacedAndEachCallSentOnce) {
