@@ -49,6 +49,7 @@
 #include "saga/open_saga.h"
 #include "saga/options.h"
 #include "saga/spec.h"
+#include "saga/work_signal.h"
 #include "storage/control_store.h"
 #include "storage/store.h"
 #include "tools/tool.h"
@@ -63,6 +64,10 @@ struct LoadedSaga;
 struct WorkerOptions {
   int concurrency = 8;    ///< sagas driven at once
   int64_t poll_ms = 100;  ///< wait between empty claims
+  /// Set: an idle worker waits on it (real time, at most poll_ms) instead of
+  /// sleeping on the engine's clock, and claims as soon as it is notified
+  /// (saga/work_signal.h). Not owned.
+  WorkSignal* wake = nullptr;
   /// Called after each drive (from the driving thread).
   std::function<void(const std::string& saga_id, const Status& status)> on_done;
 };

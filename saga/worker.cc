@@ -17,6 +17,7 @@
 #include "saga/completion.h"
 #include "saga/engine.h"
 #include "saga/states.h"
+#include "saga/work_signal.h"
 
 namespace idem {
 
@@ -77,7 +78,11 @@ Status Engine::Work(const WorkerOptions& worker) {
           claimed.status().code() != Code::kAborted) {
         keep_error(claimed.status());
       }
-      options_.clock->SleepMs(worker.poll_ms);
+      if (worker.wake != nullptr) {
+        worker.wake->WaitFor(worker.poll_ms);  // woken by new work here
+      } else {
+        options_.clock->SleepMs(worker.poll_ms);
+      }
       return;
     }
     for (const storage::Lease& lease : *claimed) {

@@ -16,6 +16,7 @@ void DriverPool::Start() {
       WorkerOptions wo;
       wo.concurrency = options_.workers;
       wo.poll_ms = options_.poll_ms;
+      wo.wake = &wake_;
       (void)engine_->Work(wo);
     });
   } else {
@@ -31,6 +32,7 @@ void DriverPool::Stop() {
   }
   cv_.notify_all();
   sweep_cv_.notify_all();
+  wake_.NotifyAll();
   for (auto& t : drivers_) t.join();
   drivers_.clear();
   if (sweeper_.joinable()) sweeper_.join();
@@ -38,7 +40,10 @@ void DriverPool::Stop() {
 }
 
 void DriverPool::Enqueue(const std::string& id) {
-  if (options_.use_leases) return;  // Engine::Work claims it
+  if (options_.use_leases) {
+    wake_.Notify();  // Engine::Work claims it (or another runnable saga) at once
+    return;
+  }
   std::lock_guard<std::mutex> lock(mu_);
   if (stopping_ || queued_.count(id) > 0 || driving_.count(id) > 0) return;
   queued_.insert(id);

@@ -6,8 +6,10 @@
 // drive queued sagas, one thread per saga at a time, and the sweeper queues
 // every saga that Engine's NeedsDrive says a drive would move (startup
 // recovery, store hiccups, decided or expired approvals). With leases
-// (PostgreSQL) Engine::Work claims sagas beside other workers, Enqueue does
-// nothing, and the sweeper only drives sagas waiting on an approval.
+// (PostgreSQL) Engine::Work claims sagas beside other workers, Enqueue wakes
+// one of its idle workers (saga/work_signal.h: it claims at once instead of
+// at its next poll), and the sweeper only drives sagas waiting on an
+// approval.
 //
 // BeginDrive / EndDrive mark a saga as held by this process (a driver, or a
 // handler that decides or cancels it) so that no driver takes it meanwhile.
@@ -83,6 +85,7 @@ class DriverPool {
   std::vector<std::thread> drivers_;
   std::thread sweeper_;
   std::thread work_thread_;
+  WorkSignal wake_;  // with leases: Enqueue wakes an idle worker of Work
 };
 
 }  // namespace idem::server

@@ -865,6 +865,59 @@ TEST_F(EngineTest, ALeaseHeldByAnotherWorkerKeepsTheSagaFromThisOne) {
   EXPECT_TRUE(provider_.order.empty()) << "nothing called without the lease";
 }
 
+// An idle worker waits on its WorkSignal: notified of new work, it claims
+// at once instead of at its next poll (a minute here), and NotifyAll ends
+// its wait when the pool stops.
+TEST_F(EngineTest, AnIdleWorkerNotifiedOfNewWorkClaimsItBeforeItsNextPoll) {
+  std::atomic<bool> stop{false};
+  EngineOptions o;
+  o.clock = &clock_;
+  o.use_leases = true;
+  o.owner = "worker-1";
+  o.stop = &stop;
+  Engine worker(store_.get(), &tools_, o);
+  WorkSignal wake;
+  WorkerOptions wo;
+  wo.concurrency = 1;
+  wo.poll_ms = 60'000;
+  wo.wake = &wake;
+  std::thread t([&] { EXPECT_OK(worker.Work(wo)); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // it found nothing: waits
+
+  Engine e = MakeEngine(/*use_leases=*/true);
+  auto sub = e.Submit(Spec(), {{"who", "ana"}}, "woken-1");
+  ASSERT_OK(sub);
+  wake.Notify();
+  std::string state;
+  for (int i = 0; i < 1000 && state != "succeeded"; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    auto rec = store_->LoadSaga(sub->saga_id);
+    ASSERT_OK(rec);
+    state = rec->summary.state;
+  }
+  EXPECT_EQ(state, "succeeded") << "the worker slept its poll instead of claiming";
+
+  stop = true;
+  wake.NotifyAll();
+  t.join();  // at once: a wait of its poll would hold it a minute
+  EXPECT_EQ(Applied(sub->saga_id + "/first"), 1);
+}
+
+TEST(WorkSignalTest, ANotifyIsKeptForTheNextWaitAndTimesOutOtherwise) {
+  WorkSignal s;
+  EXPECT_FALSE(s.WaitFor(1));
+  s.Notify();
+  EXPECT_TRUE(s.WaitFor(60'000));  // taken at once
+  EXPECT_FALSE(s.WaitFor(1));      // one wake-up per Notify
+  for (int i = 0; i < 2 * WorkSignal::kMaxPending; ++i) s.Notify();
+  int taken = 0;
+  while (s.WaitFor(0)) ++taken;
+  EXPECT_EQ(taken, WorkSignal::kMaxPending) << "a burst keeps at most kMaxPending";
+  s.NotifyAll();
+  EXPECT_TRUE(s.WaitFor(60'000));
+  EXPECT_TRUE(s.WaitFor(60'000)) << "after NotifyAll every wait returns at once";
+}
+
 // ---- two-phase steps and approval (RELIABILITY.md rows 13-18)
 
 class TwoPhaseTest : public EngineTest {
