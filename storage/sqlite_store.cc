@@ -16,6 +16,7 @@
 #include "storage/high_water_mark.h"
 #include "storage/sqlite_errors.h"
 #include "storage/sqlite_migrations.h"  // generated
+#include "storage/sqlite_wal_vfs.h"
 #include "storage/validate.h"
 
 #include "common/clock.h"
@@ -410,6 +411,12 @@ Result<std::unique_ptr<SqliteStore>> SqliteStore::Open(const SqliteOptions& opti
     return Status::InvalidArgument("SQLite store: max_group_batches must be >= 1, got " +
                                    std::to_string(options.max_group_batches));
   }
+  if (options.page_size != 0 && (options.page_size < 512 || options.page_size > 65536 ||
+                                 (options.page_size & (options.page_size - 1)) != 0)) {
+    return Status::InvalidArgument(
+        "SQLite store: page_size must be 0 or a power of two from 512 to 65536, got " +
+        std::to_string(options.page_size));
+  }
   const std::string op = "open SQLite store " + Quote(options.path);
   // Several processes opening a new file at once race to turn it into WAL;
   // SQLite answers the losers SQLITE_BUSY without waiting on the busy
@@ -428,10 +435,19 @@ Result<std::unique_ptr<SqliteStore>> SqliteStore::OpenOnce(const SqliteOptions& 
   const SyncMode* sync = FindSyncMode(options.synchronous);  // checked by Open
   return Guarded<Result<std::unique_ptr<SqliteStore>>>(
       op, [&]() -> Result<std::unique_ptr<SqliteStore>> {
+        // Every commit syncs the WAL (FULL, EXTRA): its frames go out in one
+        // write (storage/sqlite_wal_vfs.h).
+        const std::string vfs =
+            options.gather_wal_writes && sync->level >= 2 ? WalGatheringVfsName() : "";
         auto db = std::make_unique<SQLite::Database>(
             options.path, SQLite::OPEN_READWRITE | SQLite::OPEN_CREATE | SQLite::OPEN_FULLMUTEX,
-            options.busy_timeout_ms);
+            options.busy_timeout_ms, vfs);
 
+        // A new file takes its page size before its first write (WAL mode
+        // writes the header); SQLite ignores the PRAGMA on a file that exists.
+        if (options.page_size != 0) {
+          db->exec("PRAGMA page_size = " + std::to_string(options.page_size));
+        }
         // WAL: the mode is persistent in the file; the PRAGMA answers with the
         // mode actually in force, which is not WAL when the VFS or the file
         // cannot do it.
@@ -459,7 +475,8 @@ Result<std::unique_ptr<SqliteStore>> SqliteStore::OpenOnce(const SqliteOptions& 
         // A second connection for reads: they run beside the writer (WAL
         // gives each its snapshot) instead of queueing behind its fsyncs.
         auto reader = std::make_unique<SQLite::Database>(
-            options.path, SQLite::OPEN_READWRITE | SQLite::OPEN_FULLMUTEX, options.busy_timeout_ms);
+            options.path, SQLite::OPEN_READWRITE | SQLite::OPEN_FULLMUTEX, options.busy_timeout_ms,
+            vfs);
         reader->exec("PRAGMA query_only = 1");
         // The journal against its high-water mark: a regression found here
         // refuses every write (WritesAllowed).
