@@ -3,10 +3,16 @@
 // concurrent writes share one transaction (one fsync, one COMMIT round trip).
 //
 // A caller hands Submit() its pending write (an Item of the store's own
-// type) and waits. Whoever finds no leader at work becomes the leader: it
-// takes up to `max_group` queued items (its own among them, unless the queue
-// is longer than a group), hands them to the store's `write` callback, marks
-// them done and wakes the others. The callback writes the group in one
+// type) and waits. Whoever finds its item still queued and fewer than
+// `max_leaders` leaders at work becomes a leader: it takes up to `max_group`
+// queued items (its own among them, unless the queue is longer than a
+// group), hands them to the store's `write` callback, marks them done and
+// wakes the others. One leader (SQLite: one writer connection) writes groups
+// one after another; several (PostgreSQL) keep that many group transactions
+// in flight at once, each on its own connection, so that one group's
+// statements run while another's COMMIT waits for its flush. Two groups in
+// flight never hold the same item; items of one saga in two groups are
+// ordered by the store (PostgreSQL: the saga's row lock). The callback writes the group in one
 // transaction, each item inside its own savepoint (a group of one needs
 // none), and sets each item's own `status`: one item's failure rolls back
 // that item alone, a failure of the transaction itself fails every item of
@@ -20,7 +26,8 @@
 // alive until Submit returns.
 //
 // Thread safety: Submit may be called from many threads at once; `write` runs
-// on one thread at a time when enabled (on each caller's own when disabled).
+// on at most `max_leaders` threads at a time when enabled (on each caller's
+// own when disabled).
 //
 // Errors: those `write` sets. An exception from `write` (bad_alloc) sets
 // kInternal on every item of its group and never leaves the queue leaderless.
@@ -54,8 +61,11 @@ class GroupCommit {
   /// transaction and sets each item's status.
   using WriteGroup = std::function<void(const std::vector<Item*>& group)>;
 
-  GroupCommit(bool enabled, int max_group, WriteGroup write)
-      : enabled_(enabled), max_group_(max_group < 1 ? 1 : max_group), write_(std::move(write)) {}
+  GroupCommit(bool enabled, int max_group, WriteGroup write, int max_leaders = 1)
+      : enabled_(enabled),
+        max_group_(max_group < 1 ? 1 : max_group),
+        max_leaders_(max_leaders < 1 ? 1 : max_leaders),
+        write_(std::move(write)) {}
   GroupCommit(const GroupCommit&) = delete;
   GroupCommit& operator=(const GroupCommit&) = delete;
   GroupCommit(GroupCommit&&) = delete;
@@ -73,14 +83,17 @@ class GroupCommit {
     queued_.fetch_add(1);
     for (;;) {
       if (me.done) return;
-      if (leader_active_) {
+      // Taken into another leader's group: wait for it. Queued with every
+      // leader busy: wait for one to finish.
+      if (me.taken || leaders_ >= max_leaders_) {
         cv_.wait(lock);
         continue;
       }
-      leader_active_ = true;
+      ++leaders_;
       std::vector<Waiter*> taken;
       std::vector<Item*> group;
       while (!queue_.empty() && static_cast<int>(group.size()) < max_group_) {
+        queue_.front()->taken = true;
         taken.push_back(queue_.front());
         group.push_back(queue_.front()->item);
         queue_.pop_front();
@@ -90,7 +103,7 @@ class GroupCommit {
       Write(group);
       lock.lock();
       for (Waiter* w : taken) w->done = true;
-      leader_active_ = false;
+      --leaders_;
       cv_.notify_all();
     }
   }
@@ -101,7 +114,8 @@ class GroupCommit {
  private:
   struct Waiter {
     Item* item;
-    bool done = false;  // GUARDED_BY(mu_)
+    bool taken = false;  // in a leader's group; GUARDED_BY(mu_)
+    bool done = false;   // GUARDED_BY(mu_)
   };
 
   void Write(const std::vector<Item*>& group) {
@@ -114,11 +128,12 @@ class GroupCommit {
 
   const bool enabled_;
   const int max_group_;
+  const int max_leaders_;
   const WriteGroup write_;
   std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<Waiter*> queue_;   // GUARDED_BY(mu_)
-  bool leader_active_ = false;  // GUARDED_BY(mu_)
+  std::deque<Waiter*> queue_;  // GUARDED_BY(mu_)
+  int leaders_ = 0;            // groups being written now; GUARDED_BY(mu_)
   std::atomic<int64_t> queued_{0};
 };
 
