@@ -1200,7 +1200,7 @@ PgStore::PgStore(PgOptions options, std::unique_ptr<Pool> pool, int schema_versi
       group_commit_(
           options_.group_commit, options_.max_group_batches,
           [this](const std::vector<PendingCommit*>& group) { CommitGroup(group); },
-          options_.group_commit_leaders) {}
+          std::min(options_.group_commit_leaders, options_.pool_size)) {}
 
 PgStore::~PgStore() = default;
 
@@ -1263,11 +1263,9 @@ Result<std::unique_ptr<PgStore>> PgStore::Open(const PgOptions& options) {
     return Status::InvalidArgument("PostgreSQL store: max_group_batches must be >= 1, got " +
                                    std::to_string(options.max_group_batches));
   }
-  if (options.group_commit_leaders < 1 || options.group_commit_leaders > options.pool_size) {
-    return Status::InvalidArgument(
-        "PostgreSQL store: group_commit_leaders must be between 1 and pool_size (" +
-        std::to_string(options.pool_size) + "), got " +
-        std::to_string(options.group_commit_leaders));
+  if (options.group_commit_leaders < 1) {
+    return Status::InvalidArgument("PostgreSQL store: group_commit_leaders must be >= 1, got " +
+                                   std::to_string(options.group_commit_leaders));
   }
   PgOptions resolved = options;
   if (resolved.clock == nullptr) resolved.clock = SystemClock::Get();

@@ -136,7 +136,7 @@ struct PgOptions {
   /// Most batches in one group transaction (>= 1).
   int max_group_batches = 64;
   /// Most group transactions in flight at once, each on its own pooled
-  /// connection (>= 1, at most pool_size). With one, a group's statements
+  /// connection (>= 1; more than pool_size counts as pool_size). With one, a group's statements
   /// run on one backend while the next group waits, and that backend's
   /// core bounds the rate; with two, one group runs while the other's
   /// COMMIT flushes: idem-bench on 2 cores, interleaved, medians of 3,

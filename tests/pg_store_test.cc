@@ -1111,12 +1111,15 @@ class GroupCommitScenario {
 
   /// `on_hook(n, pid)` is called for the n-th write transaction (from 1) of
   /// the concurrent phase, right before its COMMIT.
+  /// One group in flight at a time, so that the 32 queue behind the lead
+  /// batch (PgStoreTest.TwoGroupsAreInFlightAtOnce has two).
   explicit GroupCommitScenario(
       std::string url, const std::function<void(int, int)>& on_hook = [](int, int) {},
       bool group_commit = true) {
     PgOptions options;
     options.url = std::move(url);
     options.group_commit = group_commit;
+    options.group_commit_leaders = 1;
     options.before_commit_hook = [this, on_hook, group_commit](int pid) {
       if (!armed_.load()) return;
       const int n = hook_calls_.fetch_add(1) + 1;
@@ -1229,6 +1232,45 @@ TEST(PgStoreTest, GroupCommitSharesTransactionsAndFailsBatchesAlone) {
   std::cout << "[ figures  ] PostgreSQL: " << GroupCommitScenario::kBatches + 1
             << " concurrent commits took " << scenario.Transactions()
             << " transactions (largest group " << scenario.Store()->Stats().largest_group << ")\n";
+}
+
+// With two leaders (the default), a group commits while another group's
+// transaction is still open: the lead batch's COMMIT is held until a second
+// batch has committed beside it, and both land.
+TEST(PgStoreTest, TwoGroupsAreInFlightAtOnce) {
+  PgTestDatabase db;
+  ASSERT_DB_OK(db);
+  std::atomic<bool> armed{false};
+  std::atomic<bool> second_done{false};
+  std::atomic<bool> lead_waited{false};
+  PgOptions options;
+  options.url = db.Url();
+  ASSERT_EQ(options.group_commit_leaders, 2);
+  options.before_commit_hook = [&](int) {
+    if (!armed.exchange(false)) return;  // the lead batch's transaction only
+    for (int i = 0; i < 10'000 && !second_done.load(); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    lead_waited = second_done.load();
+  };
+  auto store = MustOpen(options);
+  ASSERT_NE(store, nullptr);
+  ASSERT_OK(store->CreateIntent(MakeSaga("s-lead", "intent-s-lead")));
+  ASSERT_OK(store->CreateIntent(MakeSaga("s-other", "intent-s-other")));
+  armed = true;
+  Status lead;
+  std::thread leader([&] { lead = store->Commit(Batch("s-lead", "lead", 1)); });
+  while (armed.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  // The lead's transaction is open and waits in its hook: this one is a
+  // second group.
+  ASSERT_OK(store->Commit(Batch("s-other", "other", 1)));
+  second_done = true;
+  leader.join();
+  ASSERT_OK(lead);
+  EXPECT_TRUE(lead_waited.load()) << "the second group committed only after the first";
+  EXPECT_EQ(CountEvents(*store, "s-lead", "lead"), 1);
+  EXPECT_EQ(CountEvents(*store, "s-other", "other"), 1);
+  EXPECT_EQ(store->Stats().largest_group, 1);
 }
 
 TEST(PgStoreTest, GroupCommitCanBeSwitchedOff) {
@@ -1356,6 +1398,7 @@ TEST(PgStoreTest, GroupCommitReleasesEachBatchsLeaseAlone) {
   PgOptions options;
   options.url = db.Url();
   options.group_commit = true;
+  options.group_commit_leaders = 1;  // every batch queues behind the lead one
   options.before_commit_hook = [&](int) {
     if (!armed.load() || hook_calls.fetch_add(1) != 0) return;
     for (int i = 0; i < 10'000 && raw_store->Stats().commits_queued < kSagas; ++i) {
