@@ -7,6 +7,7 @@
 #include <cstring>
 #include <ctime>
 #include <fstream>
+#include <mutex>
 
 #include <sqlite3.h>
 
@@ -69,6 +70,17 @@ std::atomic<int64_t> g_wal_syncs{0};
 std::atomic<int64_t> g_other_syncs{0};
 std::atomic<int64_t> g_wal_bytes{0};
 
+// The WAL frames written while recording (RecordWalFrames): SQLite writes a
+// frame's 24-byte header (page number, then the database size in pages on a
+// commit's last frame, 0 on the others) and its page in two calls.
+std::atomic<bool> g_record_frames{false};
+std::mutex g_frames_mu;
+std::vector<WalFrame> g_frames;
+
+uint32_t BigEndian32(const unsigned char* p) {
+  return (uint32_t{p[0]} << 24) | (uint32_t{p[1]} << 16) | (uint32_t{p[2]} << 8) | uint32_t{p[3]};
+}
+
 sqlite3_vfs* g_orig = nullptr;
 sqlite3_vfs g_vfs;
 
@@ -76,6 +88,7 @@ struct CountingFile {
   sqlite3_file base;
   sqlite3_file* real;
   bool wal;
+  uint32_t page_size;  // a -wal file's, from its header (0: not seen yet)
 };
 
 sqlite3_file* Real(sqlite3_file* f) { return reinterpret_cast<CountingFile*>(f)->real; }
@@ -89,7 +102,32 @@ int FRead(sqlite3_file* f, void* buf, int n, sqlite3_int64 off) {
   return Real(f)->pMethods->xRead(Real(f), buf, n, off);
 }
 int FWrite(sqlite3_file* f, const void* buf, int n, sqlite3_int64 off) {
-  if (reinterpret_cast<CountingFile*>(f)->wal) g_wal_bytes.fetch_add(n);
+  auto* cf = reinterpret_cast<CountingFile*>(f);
+  if (cf->wal) {
+    g_wal_bytes.fetch_add(n);
+    const auto* p = static_cast<const unsigned char*>(buf);
+    if (off == 0 && n >= 32) cf->page_size = BigEndian32(p + 8);  // the WAL header's
+    if (g_record_frames.load()) {
+      if (cf->page_size == 0) {
+        unsigned char head[32];
+        if (Real(f)->pMethods->xRead(Real(f), head, 32, 0) == SQLITE_OK) {
+          cf->page_size = BigEndian32(head + 8);
+        }
+      }
+      // The frame headers this write holds: SQLite writes one frame's
+      // header alone, a gathering VFS (storage/sqlite_wal_vfs.h) whole
+      // commits.
+      const int64_t frame = 24 + static_cast<int64_t>(cf->page_size);
+      if (cf->page_size > 0) {
+        int64_t k = off <= 32 ? 0 : (off - 32 + frame - 1) / frame;
+        std::lock_guard<std::mutex> lock(g_frames_mu);
+        for (int64_t at = 32 + k * frame; at + 24 <= off + n; at += frame) {
+          const unsigned char* h = p + (at - off);
+          g_frames.push_back(WalFrame{BigEndian32(h), BigEndian32(h + 4) != 0});
+        }
+      }
+    }
+  }
   return Real(f)->pMethods->xWrite(Real(f), buf, n, off);
 }
 int FTruncate(sqlite3_file* f, sqlite3_int64 size) {
@@ -160,6 +198,7 @@ int VOpen(sqlite3_vfs*, const char* name, sqlite3_file* f, int flags, int* out_f
   cf->base.pMethods = nullptr;
   cf->real = reinterpret_cast<sqlite3_file*>(cf + 1);
   cf->wal = (flags & SQLITE_OPEN_WAL) != 0;
+  cf->page_size = 0;
   int rc = g_orig->xOpen(g_orig, name, cf->real, flags, out_flags);
   if (cf->real->pMethods != nullptr) cf->base.pMethods = &kMethods;
   return rc;
@@ -212,6 +251,19 @@ void InstallCountingVfs() {
   g_vfs.xGetLastError = VGetLastError;
   g_vfs.xCurrentTimeInt64 = VCurrentTimeInt64;
   sqlite3_vfs_register(&g_vfs, /*makeDflt=*/1);
+}
+
+void RecordWalFrames(bool on) {
+  if (on) {
+    std::lock_guard<std::mutex> lock(g_frames_mu);
+    g_frames.clear();
+  }
+  g_record_frames.store(on);
+}
+
+std::vector<WalFrame> RecordedWalFrames() {
+  std::lock_guard<std::mutex> lock(g_frames_mu);
+  return g_frames;
 }
 
 IoCounts ReadIoCounts() {

@@ -41,6 +41,17 @@ struct IoCounts {
 /// that was the default). Call before any SQLite database is opened.
 void InstallCountingVfs();
 IoCounts ReadIoCounts();
+
+/// One frame appended to a -wal file: the page it holds, and whether it is
+/// the last frame of a commit.
+struct WalFrame {
+  uint32_t page = 0;
+  bool commit = false;
+};
+/// Starts (clearing what was recorded) or stops recording the frames every
+/// -wal file of the process is written; the counts above go on either way.
+void RecordWalFrames(bool on);
+std::vector<WalFrame> RecordedWalFrames();
 IoCounts operator-(const IoCounts& a, const IoCounts& b);
 
 /// A Store that forwards to another and adds the calling thread's CPU time

@@ -90,7 +90,9 @@ struct Config {
   std::string peer_round;  // --peer-round sqlite|pg: one round of `make bench-peers`
   bool pg_group_commit = storage::PgOptions{}.group_commit;  // the store's default
   int pg_pool = 0;                                           // 0: the store's default pool size
-  std::string skip;  // comma-separated: anchors,steps,cpu,resume,waiting,noleases,grown,randomids
+  int pg_leaders = 0;  // 0: the store's default group_commit_leaders
+  std::string
+      skip;  // comma-separated: anchors,steps,cpu,resume,waiting,noleases,grown,randomids,pages
   bool Skip(const std::string& what) const {
     return ("," + skip + ",").find("," + what + ",") != std::string::npos;
   }
@@ -503,11 +505,16 @@ Counts ReadCounts(StoreUnderTest* s) {
   return Counts{p.xid, p.xid, p.wal};
 }
 
+int g_sqlite_page_size = -1;  // --sqlite-page-size; -1: the store's default
+bool g_sqlite_gather = true;  // --sqlite-no-gather: SQLite's own WAL writes
+
 StoreUnderTest OpenSqlite(const std::string& path, bool fresh, const std::string& sync = "FULL") {
   if (fresh) RemoveDb(path);
   storage::SqliteOptions o;
   o.path = path;
   o.synchronous = sync;
+  if (g_sqlite_page_size >= 0) o.page_size = g_sqlite_page_size;
+  o.gather_wal_writes = g_sqlite_gather;
   auto s = storage::SqliteStore::Open(o);
   Check(s.status(), "open " + path);
   StoreUnderTest out;
@@ -528,6 +535,7 @@ StoreUnderTest OpenPg(const Config& cfg, const std::string& db, bool fresh, int 
     o.pool_size = pool;
   }
   o.group_commit = cfg.pg_group_commit;
+  if (cfg.pg_leaders > 0) o.group_commit_leaders = cfg.pg_leaders;
   auto s = storage::PgStore::Open(o);
   Check(s.status(), "open PostgreSQL database " + db);
   StoreUnderTest out;
@@ -586,6 +594,81 @@ int RunSaga(Engine* engine, const SagaSpec& spec, const std::string& key, int64_
     lat->push_back((t1 - t_step_marks[1]) * 1e3);
   }
   return 3;
+}
+
+// ---- idem: which B-trees a saga's commits write (SQLite) ------------------------------
+
+// The pages a three-step saga appends to the -wal at C=1, by the B-tree they
+// belong to: where WAL bytes per step go. Runs `sagas` sagas after as many
+// to warm up (so that the trees have their working depth), recording every
+// WAL frame, then maps each page to its table or index through SQLite's
+// dbstat table on the checkpointed file. Returns the text block printed
+// under the table.
+std::string IdemWalPages(const Config& cfg, int sagas) {
+  ToolRegistry tools;
+  RegisterTools(&tools);
+  SagaSpec spec = ThreeStepSpec(tools);
+  const std::string path = cfg.data_dir + "/idem_pages.db";
+  StoreUnderTest s = OpenSqlite(path, true);
+  int64_t page_size = 0;
+  {
+    Engine engine(s.store.get(), &tools, BenchEngineOptions(false));
+    std::string error;
+    for (int i = 0; i < 2 * sagas; ++i) {
+      if (i == sagas) RecordWalFrames(true);
+      if (RunSaga(&engine, spec, "pages-" + std::to_string(i), i, nullptr, &error) < 0) {
+        Die("WAL pages: " + error);
+      }
+    }
+    RecordWalFrames(false);
+  }
+  std::vector<WalFrame> frames = RecordedWalFrames();
+  s.store.reset();  // checkpoints: every page is in the database file now
+  std::map<uint32_t, std::string> owner;
+  {
+    sqlite3* db = nullptr;
+    if (sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READONLY, nullptr) != SQLITE_OK) {
+      Die("WAL pages: open " + path);
+    }
+    sqlite3_stmt* q = nullptr;
+    sqlite3_prepare_v2(db, "SELECT name, pageno FROM dbstat", -1, &q, nullptr);
+    while (q != nullptr && sqlite3_step(q) == SQLITE_ROW) {
+      owner[static_cast<uint32_t>(sqlite3_column_int64(q, 1))] =
+          reinterpret_cast<const char*>(sqlite3_column_text(q, 0));
+    }
+    sqlite3_finalize(q);
+    sqlite3_prepare_v2(db, "PRAGMA page_size", -1, &q, nullptr);
+    if (q != nullptr && sqlite3_step(q) == SQLITE_ROW) page_size = sqlite3_column_int64(q, 0);
+    sqlite3_finalize(q);
+    sqlite3_close(db);
+  }
+  RemoveDb(path);
+  std::map<std::string, int64_t> by_tree;
+  int64_t commits = 0;
+  for (const WalFrame& f : frames) {
+    auto it = owner.find(f.page);
+    by_tree[f.page == 1         ? "(page 1: the header)"
+            : it == owner.end() ? "(free or gone)"
+                                : it->second]++;
+    if (f.commit) ++commits;
+  }
+  std::vector<std::pair<int64_t, std::string>> order;
+  for (const auto& [tree, n] : by_tree) order.emplace_back(-n, tree);
+  std::sort(order.begin(), order.end());
+  const double n = sagas;
+  std::ostringstream out;
+  out << std::fixed << std::setprecision(2);
+  out << "WAL pages per three-step saga at C=1, by B-tree (" << sagas << " sagas, " << page_size
+      << "-byte pages; " << static_cast<double>(commits) / n << " commits and "
+      << static_cast<double>(frames.size()) / n << " pages per saga, "
+      << static_cast<double>(frames.size()) / std::max<int64_t>(1, commits) << " per commit):\n";
+  for (const auto& [neg, tree] : order) {
+    out << "  " << std::left << std::setw(32) << tree << std::right << std::setw(8)
+        << static_cast<double>(-neg) / n << "\n";
+  }
+  Record("sqlite.wal_pages_per_saga.c1", "idem sqlite WAL pages/saga @1", "pages",
+         static_cast<double>(frames.size()) / n);
+  return out.str();
 }
 
 // ---- idem: steps/s, latency, commits and WAL bytes per step, duplicates ---------------
@@ -1469,6 +1552,12 @@ int Main(int argc, char** argv) {
       cfg.pg_group_commit = true;
     } else if (a == "--pg-pool") {
       cfg.pg_pool = std::stoi(next());
+    } else if (a == "--pg-leaders") {
+      cfg.pg_leaders = std::stoi(next());
+    } else if (a == "--sqlite-page-size") {
+      g_sqlite_page_size = std::stoi(next());
+    } else if (a == "--sqlite-no-gather") {
+      g_sqlite_gather = false;
     } else if (a == "--conc") {
       cfg.concurrency.clear();
       std::stringstream ss(next());
@@ -1539,6 +1628,7 @@ int Main(int argc, char** argv) {
     if (cfg.run_pg) grown_pg = IdemGrow(cfg, "pg");
   }
   const std::vector<int> ends = {cfg.concurrency.front(), cfg.concurrency.back()};
+  std::string wal_pages;  // the SQLite WAL pages by B-tree, printed under the table
   // Anchors and idem runs interleaved, rep by rep, so that a busy neighbour
   // hits both alike.
   for (int rep = 0; rep < cfg.reps; ++rep) {
@@ -1556,6 +1646,7 @@ int Main(int argc, char** argv) {
           }
         }
       }
+      if (!cfg.Skip("pages") && rep == 0) wal_pages = IdemWalPages(cfg, cfg.quick ? 50 : 500);
       if (!cfg.Skip("cpu")) {
         RawSqliteCpu(cfg);
         IdemCpu(cfg, "sqlite", false, "");
@@ -1602,8 +1693,8 @@ int Main(int argc, char** argv) {
        << machine["cpu_model"].get<std::string>() << "; data on "
        << machine["data_fs"].get<std::string>() << "; " << std::fixed << std::setprecision(0)
        << NowS() - start << " s\n";
-  std::cout << "\n" << head.str() << table;
-  std::ofstream(cfg.out_dir + "/results.txt") << head.str() << table;
+  std::cout << "\n" << head.str() << table << wal_pages;
+  std::ofstream(cfg.out_dir + "/results.txt") << head.str() << table << wal_pages;
   std::ofstream(cfg.out_dir + "/results.json") << JsonOut(cfg, rows, machine) << "\n";
   std::cout << "wrote " << cfg.out_dir << "/results.json\n";
   return 0;
