@@ -19,9 +19,10 @@ void DriverPool::Start() {
       wo.wake = &wake_;
       (void)engine_->Work(wo);
     });
-  } else {
-    for (int i = 0; i < options_.workers; ++i) drivers_.emplace_back([this] { DriverLoop(); });
   }
+  // With leases nothing is queued (Enqueue wakes Work): these threads run
+  // posted drives only.
+  for (int i = 0; i < options_.workers; ++i) drivers_.emplace_back([this] { DriverLoop(); });
   sweeper_ = std::thread([this] { SweeperLoop(); });
 }
 
@@ -35,6 +36,12 @@ void DriverPool::Stop() {
   wake_.NotifyAll();
   for (auto& t : drivers_) t.join();
   drivers_.clear();
+  std::deque<std::function<void()>> dropped;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    dropped.swap(jobs_);
+  }
+  dropped.clear();  // outside the lock: a job's captures may notify its handler
   if (sweeper_.joinable()) sweeper_.join();
   if (work_thread_.joinable()) work_thread_.join();
 }
@@ -49,6 +56,16 @@ void DriverPool::Enqueue(const std::string& id) {
   queued_.insert(id);
   queue_.push_back(id);
   cv_.notify_one();
+}
+
+bool DriverPool::Post(std::function<void()> job) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_) return false;
+    jobs_.push_back(std::move(job));
+  }
+  cv_.notify_one();
+  return true;
 }
 
 void DriverPool::Kick() {
@@ -72,13 +89,23 @@ void DriverPool::EndDrive(const std::string& id) {
 void DriverPool::DriverLoop() {
   for (;;) {
     std::string id;
+    std::function<void()> job;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      cv_.wait(lock, [&] { return stopping_ || !jobs_.empty() || !queue_.empty(); });
       if (stopping_) return;
-      id = queue_.front();
-      queue_.pop_front();
-      queued_.erase(id);
+      if (!jobs_.empty()) {
+        job = std::move(jobs_.front());
+        jobs_.pop_front();
+      } else {
+        id = queue_.front();
+        queue_.pop_front();
+        queued_.erase(id);
+      }
+    }
+    if (job) {
+      job();
+      continue;
     }
     if (!BeginDrive(id)) continue;  // driven elsewhere; the sweeper comes back
     auto r = engine_->Run(id);

@@ -14,12 +14,20 @@
 // BeginDrive / EndDrive mark a saga as held by this process (a driver, or a
 // handler that decides or cancels it) so that no driver takes it meanwhile.
 //
+// Post hands a pool thread a drive the API starts itself: a submission whose
+// caller waits for the outcome (`Prefer: wait`) is recorded by the drive's
+// first write (Engine::SubmitAndRun), on a driver thread, while the handler
+// waits only for that write. Without leases the driver threads take posted
+// drives before queued sagas; with leases (where Engine::Work claims the
+// rest) `workers` threads of their own run them.
+//
 // Thread safety: Start and Stop from one thread; Enqueue, BeginDrive and
 // EndDrive from any. The engine, store and clock are not owned.
 
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <mutex>
 #include <set>
 #include <string>
@@ -56,6 +64,10 @@ class DriverPool {
 
   /// Queues a saga for a driver (not when queued, held or stopping).
   void Enqueue(const std::string& saga_id);
+  /// Runs `job` on a driver thread, after the drives posted before it. False
+  /// when stopping (the job will not run). Jobs still queued when the pool
+  /// stops are dropped unrun.
+  bool Post(std::function<void()> job);
   /// Sweeps now instead of at the next period (after a control request was
   /// recorded: the sweeper drives the sagas a request moves).
   void Kick();
@@ -74,13 +86,14 @@ class DriverPool {
   DriverPoolOptions options_;
 
   std::mutex mu_;
-  std::condition_variable cv_;        // drivers: a saga was queued, or stopping
-  std::condition_variable sweep_cv_;  // the sweeper: stopping
-  std::deque<std::string> queue_;     // GUARDED_BY(mu_)
-  std::set<std::string> queued_;      // GUARDED_BY(mu_)
-  std::set<std::string> driving_;     // GUARDED_BY(mu_)
-  bool stopping_ = false;             // GUARDED_BY(mu_)
-  bool sweep_now_ = false;            // GUARDED_BY(mu_)
+  std::condition_variable cv_;              // drivers: a saga was queued, or stopping
+  std::condition_variable sweep_cv_;        // the sweeper: stopping
+  std::deque<std::string> queue_;           // GUARDED_BY(mu_)
+  std::deque<std::function<void()>> jobs_;  // GUARDED_BY(mu_) posted drives
+  std::set<std::string> queued_;            // GUARDED_BY(mu_)
+  std::set<std::string> driving_;           // GUARDED_BY(mu_)
+  bool stopping_ = false;                   // GUARDED_BY(mu_)
+  bool sweep_now_ = false;                  // GUARDED_BY(mu_)
   bool started_ = false;
   std::vector<std::thread> drivers_;
   std::thread sweeper_;

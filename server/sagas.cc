@@ -2,7 +2,11 @@
 // endpoints: server/control.cc).
 
 #include <algorithm>
+#include <chrono>
+#include <condition_variable>
 #include <exception>
+#include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <utility>
@@ -150,11 +154,81 @@ std::optional<Submission> ReadSubmission(const ServerContext& ctx, const Princip
   return Submission{std::move(spec).value(), std::move(input), std::move(decision)};
 }
 
-// Runs once per (caller, key), under the key layer.
+// A submission whose caller waits (Prefer: wait) handed to a driver thread:
+// Engine::SubmitAndRun records the intent with the first step's `submitted`
+// (one commit fewer, and no claim with leases) and drives on, while the
+// handler waits only for that first write. Shared by the handler and the
+// posted drive, either of which may outlive the other.
+struct Handoff {
+  enum class Phase { kQueued, kStarted, kRecorded, kFailed, kAbandoned };
+  std::mutex mu;
+  std::condition_variable cv;
+  Phase phase = Phase::kQueued;  // GUARDED_BY(mu)
+  SubmitResult recorded;         // GUARDED_BY(mu) set with kRecorded
+  Status failure;                // GUARDED_BY(mu) set with kFailed
+
+  void Set(Phase next, SubmitResult r = {}, Status why = Status::Ok()) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      phase = next;
+      recorded = std::move(r);
+      failure = std::move(why);
+    }
+    cv.notify_all();
+  }
+};
+
+// Submits through a driver thread and waits for the intent to be recorded:
+// the saga (as Submit answers it), or the drive's error, or nullopt when the
+// pool could not take it (stopping) or no thread started it within `wait`
+// seconds (it then never runs, and the caller submits the plain way). Once
+// started, the first write is waited for however long it takes: the
+// saga cannot be answered before it exists.
+std::optional<Result<SubmitResult>> SubmitThroughDriver(ServerContext& ctx, const Submission& sub,
+                                                        const std::string& key, int wait) {
+  auto h = std::make_shared<Handoff>();
+  Engine* engine = ctx.engine;
+  bool posted =
+      ctx.pool->Post([h, engine, spec = sub.spec, input = sub.input, key, decision = sub.decision] {
+        {
+          std::lock_guard<std::mutex> lock(h->mu);
+          if (h->phase == Handoff::Phase::kAbandoned) return;
+          h->phase = Handoff::Phase::kStarted;
+        }
+        auto out = engine->SubmitAndRun(spec, input, key, decision, [&](const SubmitResult& r) {
+          h->Set(Handoff::Phase::kRecorded, r);
+        });
+        std::lock_guard<std::mutex> lock(h->mu);
+        if (h->phase == Handoff::Phase::kStarted) {
+          h->phase = Handoff::Phase::kFailed;
+          h->failure = out.ok() ? Status::Internal("the drive ended without recording the intent")
+                                : out.status();
+          h->cv.notify_all();
+        }
+      });
+  if (!posted) return std::nullopt;
+  std::unique_lock<std::mutex> lock(h->mu);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(wait);
+  h->cv.wait_until(lock, deadline, [&] { return h->phase != Handoff::Phase::kQueued; });
+  if (h->phase == Handoff::Phase::kQueued) {
+    h->phase = Handoff::Phase::kAbandoned;
+    return std::nullopt;
+  }
+  h->cv.wait(lock, [&] { return h->phase != Handoff::Phase::kStarted; });
+  if (h->phase == Handoff::Phase::kFailed) return Result<SubmitResult>(h->failure);
+  return Result<SubmitResult>(h->recorded);
+}
+
+// Runs once per (caller, key), under the key layer. With `wait` >= 0 (the
+// caller waits for the outcome) a driver thread records and drives it;
+// otherwise the intent is recorded here and queued for a driver.
 void Submit(ServerContext& ctx, const Principal& p, const Submission& sub, const HttpRequest& req,
-            HttpResponse& res) {
+            HttpResponse& res, int wait) {
   const std::string key = p.name + ":" + IdempotencyKeyOf(req);
-  auto out = ctx.engine->Submit(sub.spec, sub.input, key, sub.decision);
+  std::optional<Result<SubmitResult>> handed;
+  if (wait >= 0 && !ctx.stopping->load()) handed = SubmitThroughDriver(ctx, sub, key, wait);
+  auto out =
+      handed ? std::move(*handed) : ctx.engine->Submit(sub.spec, sub.input, key, sub.decision);
   if (!out.ok()) {
     if (out.status().code() == Code::kConflict) {
       return Problem(res, 422, "idempotency-key-reused", "Idempotency-Key reused",
@@ -166,7 +240,7 @@ void Submit(ServerContext& ctx, const Principal& p, const Submission& sub, const
   if (!rec.ok()) return ProblemFor(res, rec.status());
   res.SetHeader("Location", "/v1/sagas/" + out->saga_id);
   SendSaga(ctx, res, out->created ? 201 : 200, *rec);
-  if (!ctx.stopping->load()) ctx.pool->Enqueue(out->saga_id);
+  if (!handed && !ctx.stopping->load()) ctx.pool->Enqueue(out->saga_id);
 }
 
 // Prefer: wait=N (RFC 7240) on a submission: outside the key layer (which
@@ -223,8 +297,10 @@ void PostSaga(ServerContext& ctx, const HttpRequest& req, HttpResponse& res) {
                 " characters for this caller");
     return;
   }
-  ctx.keys->Serve(p->name, req, res,
-                  [&](const HttpRequest& r, HttpResponse& out) { Submit(ctx, *p, *sub, r, out); });
+  const int wait = PreferredWaitSeconds(req.Header("Prefer"));
+  ctx.keys->Serve(p->name, req, res, [&](const HttpRequest& r, HttpResponse& out) {
+    Submit(ctx, *p, *sub, r, out, wait);
+  });
   if (res.Header("Idempotent-Replayed") == "true") {
     ctx.metrics->Duplicate("stored_response");
   } else if (res.status == 409) {

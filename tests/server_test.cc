@@ -18,6 +18,7 @@
 #include <httplib.h>
 
 #include "preview_commit/token.h"
+#include "storage/sqlite_store.h"
 #include "storage/store.h"
 #include "tests/test_util.h"
 #include "tools/tool.h"
@@ -1089,6 +1090,53 @@ TEST_F(ServerTest, SubmitWithPreferWaitAnswersTheOutcomeAndRecordsTheDecision) {
                {{"spec", OneStepSpec()}, {"decision", {{"model", "m1"}, {"prompt_sha256", "x"}}}},
                kAgent1, {{"Idempotency-Key", "wait-3"}});
   EXPECT_EQ(api_.Check("post", "/v1/sagas", bad)["type"], "urn:idem:problem:invalid-decision");
+}
+
+// A caller that waits (Prefer: wait) has its intent recorded with the first
+// step's `submitted`, as `idem run` does: a one-step saga commits twice
+// (intent + started + submitted, then succeeded + terminal); submitted
+// without the preference it commits three times (the intent alone first).
+TEST_F(ServerTest, SubmitWithPreferWaitRecordsTheIntentWithTheFirstSubmitted) {
+  auto* sqlite = dynamic_cast<storage::SqliteStore*>(store_.get());
+  ASSERT_NE(sqlite, nullptr);
+  const int64_t before = sqlite->Stats().commit_transactions;
+  auto r = PostWith("/v1/sagas", {{"spec", OneStepSpec()}, {"input", {{"who", "ana"}}}}, kAgent1,
+                    {{"Idempotency-Key", "folded-1"}, {"Prefer", "wait=10"}});
+  Json saga = api_.Check("post", "/v1/sagas", r);
+  ASSERT_EQ(r->status, 201) << r->body;
+  EXPECT_EQ(saga["state"], "succeeded");
+  EXPECT_EQ(sqlite->Stats().commit_transactions - before, 2);
+  const std::string id = saga["saga_id"];
+  EXPECT_EQ(ledger_->Count(id + "/book"), 1);
+  // The journal as Submit then Run leave it.
+  auto journal = store_->ReadJournal(id);
+  ASSERT_OK(journal);
+  std::vector<std::string> events;
+  for (const auto& e : *journal) events.push_back(e.event);
+  EXPECT_EQ(events, (std::vector<std::string>{"saga_created", "saga_started", "submitted",
+                                              "succeeded", "saga_succeeded"}));
+  // The same key again: the stored answer, no new saga, no write.
+  const int64_t after = sqlite->Stats().commit_transactions;
+  auto again = PostWith("/v1/sagas", {{"spec", OneStepSpec()}, {"input", {{"who", "ana"}}}},
+                        kAgent1, {{"Idempotency-Key", "folded-1"}, {"Prefer", "wait=10"}});
+  Json same = api_.Check("post", "/v1/sagas", again);
+  EXPECT_EQ(same["saga_id"], id);
+  EXPECT_EQ(again->get_header_value("Idempotent-Replayed"), "true");
+  EXPECT_EQ(sqlite->Stats().commit_transactions, after);
+  EXPECT_EQ(ledger_->Count(id + "/book"), 1);
+
+  // Without the preference: the intent first, then the drive.
+  const int64_t plain_before = sqlite->Stats().commit_transactions;
+  auto plain =
+      Post("/v1/sagas", {{"spec", OneStepSpec()}, {"input", {{"who", "bo"}}}}, kAgent1, "plain-1");
+  const std::string plain_id = api_.Check("post", "/v1/sagas", plain)["saga_id"];
+  for (int i = 0; i < 500; ++i) {
+    auto rec = store_->LoadSaga(plain_id);
+    ASSERT_OK(rec);
+    if (rec->summary.state == "succeeded") break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(sqlite->Stats().commit_transactions - plain_before, 3);
 }
 
 TEST(Principals, ParsesAndRefusesBadEntries) {
