@@ -181,9 +181,13 @@ TEST(PgStoreTest, FreshDatabaseHasTheSchema) {
   for (const char* table : {"intents", "sagas", "steps", "journal", "effects", "consumed_tokens"}) {
     EXPECT_EQ(table, raw.Text(std::string("SELECT to_regclass('") + table + "')"));
   }
-  for (const char* index :
-       {"sagas_by_state", "journal_by_saga", "effects_by_saga", "sagas_by_state_lease"}) {
+  for (const char* index : {"journal_by_saga", "effects_by_saga", "sagas_by_state_lease"}) {
     EXPECT_EQ(index, raw.Text(std::string("SELECT to_regclass('") + index + "')"));
+  }
+  // Dropped by version 16: no query needs them, and each cost an entry per
+  // saga move, journal line or effect.
+  for (const char* index : {"sagas_by_state", "journal_pkey", "effects_seq_key"}) {
+    EXPECT_EQ("", raw.Text(std::string("SELECT to_regclass('") + index + "')")) << index;
   }
   // The server runs as the store's durability note assumes.
   EXPECT_EQ("on", raw.Text("SHOW synchronous_commit"));
@@ -329,6 +333,42 @@ void UndoVersion15(RawDb* raw) {
         "DELETE FROM schema_migrations WHERE version = 15"}) {
     ASSERT_EQ("", raw->Exec(sql)) << sql;
   }
+}
+
+// A database at version 15 (the three indexes of before, rows in every
+// table) opens at 16: the indexes are gone, the rows are read back whole, and
+// a batch commits on top of them.
+TEST(PgStoreTest, DatabaseAtVersion15DropsTheIndexesNoQueryNeeds) {
+  PgTestDatabase db;
+  ASSERT_DB_OK(db);
+  {
+    std::unique_ptr<PgStore> store = MustOpen(db.Url());
+    ASSERT_NE(store, nullptr);
+    STORE_ASSERT_OK(store->CreateIntent(MakeSaga("old", "intent-old")));
+    STORE_ASSERT_OK(store->Commit(Batch("old", "before", 2)));
+  }
+  RawDb raw(db.Url());
+  for (const char* sql :
+       {"CREATE INDEX sagas_by_state ON sagas (state)", "ALTER TABLE journal ADD PRIMARY KEY (seq)",
+        "ALTER TABLE effects ADD CONSTRAINT effects_seq_key UNIQUE (seq)",
+        "DELETE FROM schema_migrations WHERE version = 16"}) {
+    ASSERT_EQ("", raw.Exec(sql)) << sql;
+  }
+  std::unique_ptr<PgStore> store = MustOpen(db.Url());
+  ASSERT_NE(store, nullptr);
+  EXPECT_EQ(PgStore::LatestSchemaVersion(), store->SchemaVersion());
+  for (const char* index : {"sagas_by_state", "journal_pkey", "effects_seq_key"}) {
+    EXPECT_EQ("", raw.Text(std::string("SELECT to_regclass('") + index + "')")) << index;
+  }
+  EXPECT_EQ(CountEvents(*store, "old", "before"), 2);
+  STORE_ASSERT_OK(store->Commit(Batch("old", "after", 1)));
+  EXPECT_EQ(CountEvents(*store, "old", "after"), 1);
+  auto effects = store->ListEffects("old");
+  STORE_ASSERT_OK(effects);
+  EXPECT_EQ(effects->size(), 2u);
+  // Effects stay unique by their key.
+  WriteBatch again = Batch("old", "after", 1);
+  EXPECT_EQ(store->Commit(again).code(), Code::kConflict);
 }
 
 TEST(PgStoreTest, DatabaseWithoutVersion11GetsTheStepChecksAndDriftTables) {
