@@ -742,6 +742,7 @@ class PgStore::Pool {
     std::atomic<int64_t> commit_batches{0};
     std::atomic<int64_t> commit_transactions{0};
     std::atomic<int64_t> largest_group{0};
+    std::atomic<int64_t> group_fallbacks{0};
   };
   Counters counters;
 
@@ -1312,6 +1313,7 @@ PgStats PgStore::Stats() const {
   s.commit_batches = pool_->counters.commit_batches.load();
   s.commit_transactions = pool_->counters.commit_transactions.load();
   s.largest_group = pool_->counters.largest_group.load();
+  s.group_fallbacks = pool_->counters.group_fallbacks.load();
   s.commits_queued = group_commit_.Queued();
   return s;
 }
@@ -1555,110 +1557,27 @@ Result<bool> RowsOutcome(WriteTx& tx, const Pipe& p, const std::vector<Reply>& g
   return true;
 }
 
-Result<bool> ApplyCreateBatch(WriteTx& tx, const WriteBatch& batch, int64_t updated_ms,
-                              int64_t consumed_ms, int64_t* txid,
-                              const std::vector<const char*>& prefix,
-                              const std::vector<const char*>& undo, bool* undone);
+// Where a batch's statements stand in a pipe, and what to read from them.
+struct BatchPlan {
+  size_t head = 0;                // the fenced or locking statement (a create: the intent's)
+  bool create = false;            // the head inserts the intent: no row back, submitted before
+  bool locked_by_select = false;  // the head is kLockSaga: its epoch is checked here
+  Kinds kinds;                    // the statements after the head
+};
 
-// Writes one batch inside `tx` and sets *txid to txid_current(). A non-OK
-// result means the caller must roll the batch back (some of it may have been
-// written), unless *undone says that it was.
-//
-// One round trip: every statement of the batch goes out in one pipeline (after
-// `prefix`: the group's savepoint statements). The first statement locks the
-// saga's row and checks the fence (with the saga's new state and first
-// journal entry, if it has a state); the first step carries the first journal
-// entry otherwise. If the fence or the saga's row refused the batch, the rest
-// ran for nothing: the batch is undone (`undo`: ROLLBACK, or back to the
-// group's savepoint) and the saga's epoch read, for the status.
-Result<bool> ApplyBatch(WriteTx& tx, const WriteBatch& batch, int64_t updated_ms,
-                        int64_t consumed_ms, int64_t* txid, const std::vector<const char*>& prefix,
-                        const std::vector<const char*>& undo, bool* undone) {
-  if (batch.create) {
-    return ApplyCreateBatch(tx, batch, updated_ms, consumed_ms, txid, prefix, undo, undone);
-  }
-  *undone = false;
-  Pipe p(tx);
-  for (const char* sql : prefix) p.AddSql(sql);
-  const size_t first = prefix.size();
-  // The saga's row lock serialises commits to one saga, as SQLite's write
-  // lock does: its journal seq order is its commit order. It also pins the
-  // lease epoch until COMMIT: a claim (which bumps it) waits for us or skips
-  // the row. The fenced UPDATE takes the same lock (and rechecks the epoch on
-  // the row's latest version after waiting for it).
-  size_t journal_done = 0;
-  bool locked_by_select = false;
-  if (batch.saga_state.has_value()) {
-    if (!batch.journal.empty()) {
-      const JournalEntry& e = batch.journal[0];
-      p.Add(kUpdateSagaAndJournal, *batch.saga_state, batch.saga_reason, updated_ms, batch.saga_id,
-            batch.fence_epoch, e.step_id, e.event, e.data, static_cast<int64_t>(e.at_ms),
-            batch.release_lease);
-      journal_done = 1;
-    } else {
-      p.Add(kUpdateSaga, *batch.saga_state, batch.saga_reason, updated_ms, batch.saga_id,
-            batch.fence_epoch, batch.release_lease);
-    }
-  } else if (batch.release_lease) {
-    // Fenced (Commit checked that there is an epoch) and released at once.
-    p.Add(kReleaseFenced, batch.saga_id, batch.fence_epoch);
-  } else {
-    p.Add(kLockSaga, batch.saga_id);
-    locked_by_select = true;
-  }
-  Kinds kinds;  // of the statements after the first
-  AddBatchRows(p, batch, journal_done, consumed_ms, &kinds);
-
-  std::vector<Reply> got = p.Run();
-  ThrowIfPrefixFailed(tx, p, got, first);
-  const Reply& head = got[first];
-  if (!head.ok()) head.Throw(tx.raw(), p.Sql(first));
-  bool refused = head.rows() == 0;
-  int64_t epoch = -1;  // known from the head: a SELECT ... FOR UPDATE
-  if (!refused && locked_by_select) {
-    epoch = head.i64(0, 0);
-    refused = batch.fence_epoch != 0 && epoch != batch.fence_epoch;
-  }
-  if (refused) {
-    // The rest ran for nothing: undone, then why is looked up.
-    Pipe u(tx);
-    for (const char* sql : undo) u.AddSql(sql);
-    const size_t look = epoch >= 0 ? 0 : u.Add(kSagaEpoch, batch.saga_id);
-    std::vector<Reply> why = u.Run();
-    *undone = true;
-    ThrowFirstError(u, tx.raw(), why);
-    if (epoch < 0) {
-      if (why[look].rows() == 0) return SagaNotFound(batch.saga_id);
-      epoch = why[look].i64(0, 0);
-    }
-    return Status::Aborted("lease lost: saga " + Quote(batch.saga_id) + " is at lease epoch " +
-                           std::to_string(epoch) + ", the batch is fenced on epoch " +
-                           std::to_string(batch.fence_epoch) +
-                           "; nothing of the batch was written");
-  }
-  *txid = head.i64(0, locked_by_select ? 1 : 0);
-  // The first error of the rest is the batch's (the statements after it were
-  // skipped).
-  return RowsOutcome(tx, p, got, first + 1, kinds, batch);
-}
-
-// Writes a batch that creates its saga (WriteBatch::create) inside `tx`, as
-// ApplyBatch does (one round trip, `prefix`, `undo`): the intent first (its
-// RETURNING gives the txid; no row back means the key was submitted before),
-// the saga's row as the batch leaves it (one insert: no second version of it
-// in the same transaction), the planned steps the batch does not write, the
-// create's journal, then the batch's rows. No fence to check: the row is new.
-Result<bool> ApplyCreateBatch(WriteTx& tx, const WriteBatch& batch, int64_t updated_ms,
-                              int64_t consumed_ms, int64_t* txid,
-                              const std::vector<const char*>& prefix,
-                              const std::vector<const char*>& undo, bool* undone) {
-  *undone = false;
+// Queues a batch that creates its saga (WriteBatch::create): the intent first
+// (its RETURNING gives the txid; no row back means the key was submitted
+// before), the saga's row as the batch leaves it (one insert: no second
+// version of it in the same transaction), the planned steps the batch does
+// not write, the create's journal, then the batch's rows. No fence to check:
+// the row is new.
+BatchPlan AddCreateBatch(Pipe& p, const WriteBatch& batch, int64_t updated_ms,
+                         int64_t consumed_ms) {
   const NewSaga& saga = *batch.create;
-  Pipe p(tx);
-  for (const char* sql : prefix) p.AddSql(sql);
-  const size_t first = prefix.size();
-  p.Add(kInsertIntent, saga.intent_key, saga.fingerprint, saga.saga_id,
-        static_cast<int64_t>(saga.created_ms));
+  BatchPlan plan;
+  plan.create = true;
+  plan.head = p.Add(kInsertIntent, saga.intent_key, saga.fingerprint, saga.saga_id,
+                    static_cast<int64_t>(saga.created_ms));
   const bool moved = batch.saga_state.has_value();
   // The pipe points at its string parameters until Run: no temporaries.
   static const std::string kNoReason;
@@ -1670,8 +1589,7 @@ Result<bool> ApplyCreateBatch(WriteTx& tx, const WriteBatch& batch, int64_t upda
         saga.spec_sha256, saga.lease_owner,
         static_cast<int64_t>(leased && !batch.release_lease ? saga.lease_ms : 0),
         static_cast<int64_t>(leased ? 1 : 0));
-  Kinds kinds;  // of the statements after the intent's
-  kinds.emplace_back(Kind::kSaga, 0);
+  plan.kinds.emplace_back(Kind::kSaga, 0);
   for (size_t k = 0; k < saga.steps.size(); ++k) {
     const NewStep& step = saga.steps[k];
     const bool written = std::any_of(batch.steps.begin(), batch.steps.end(),
@@ -1679,30 +1597,155 @@ Result<bool> ApplyCreateBatch(WriteTx& tx, const WriteBatch& batch, int64_t upda
     if (written) continue;
     p.Add(kInsertStep, saga.saga_id, step.index, step.step_id, step.tool, step.state, step.step_key,
           static_cast<int64_t>(saga.created_ms));
-    kinds.emplace_back(Kind::kPlannedStep, k);
+    plan.kinds.emplace_back(Kind::kPlannedStep, k);
   }
   for (const JournalEntry& e : saga.journal) {
     p.Add(kInsertJournal, saga.saga_id, e.step_id, e.event, e.data, static_cast<int64_t>(e.at_ms));
-    kinds.emplace_back(Kind::kJournal, 0);
+    plan.kinds.emplace_back(Kind::kJournal, 0);
   }
-  AddBatchRows(p, batch, 0, consumed_ms, &kinds);
+  AddBatchRows(p, batch, 0, consumed_ms, &plan.kinds);
+  return plan;
+}
 
+// Queues one batch: its head, then its rows. The saga's row lock serialises
+// commits to one saga, as SQLite's write lock does: its journal seq order is
+// its commit order. It also pins the lease epoch until COMMIT: a claim
+// (which bumps it) waits for us or skips the row. The fenced UPDATE takes the
+// same lock (and rechecks the epoch on the row's latest version after
+// waiting for it). The head carries the saga's new state and first journal
+// entry when the batch has a state; the first step carries the first journal
+// entry otherwise.
+BatchPlan AddBatch(Pipe& p, const WriteBatch& batch, int64_t updated_ms, int64_t consumed_ms) {
+  if (batch.create) return AddCreateBatch(p, batch, updated_ms, consumed_ms);
+  BatchPlan plan;
+  size_t journal_done = 0;
+  if (batch.saga_state.has_value()) {
+    if (!batch.journal.empty()) {
+      const JournalEntry& e = batch.journal[0];
+      plan.head = p.Add(kUpdateSagaAndJournal, *batch.saga_state, batch.saga_reason, updated_ms,
+                        batch.saga_id, batch.fence_epoch, e.step_id, e.event, e.data,
+                        static_cast<int64_t>(e.at_ms), batch.release_lease);
+      journal_done = 1;
+    } else {
+      plan.head = p.Add(kUpdateSaga, *batch.saga_state, batch.saga_reason, updated_ms,
+                        batch.saga_id, batch.fence_epoch, batch.release_lease);
+    }
+  } else if (batch.release_lease) {
+    // Fenced (Commit checked that there is an epoch) and released at once.
+    plan.head = p.Add(kReleaseFenced, batch.saga_id, batch.fence_epoch);
+  } else {
+    plan.head = p.Add(kLockSaga, batch.saga_id);
+    plan.locked_by_select = true;
+  }
+  AddBatchRows(p, batch, journal_done, consumed_ms, &plan.kinds);
+  return plan;
+}
+
+// Whether the batch's head let it through: a row back and, for a SELECT ...
+// FOR UPDATE, the epoch it is fenced on. *epoch: the saga's epoch when the
+// head read it (-1: not read). The head's own error is thrown.
+bool HeadPassed(WriteTx& tx, const Pipe& p, const std::vector<Reply>& got, const BatchPlan& plan,
+                const WriteBatch& batch, int64_t* epoch) {
+  const Reply& head = got[plan.head];
+  if (!head.ok()) head.Throw(tx.raw(), p.Sql(plan.head));
+  *epoch = -1;
+  if (head.rows() == 0) return false;
+  if (plan.locked_by_select) {
+    *epoch = head.i64(0, 0);
+    return batch.fence_epoch == 0 || *epoch == batch.fence_epoch;
+  }
+  return true;
+}
+
+// The txid_current() the head returned (it passed).
+int64_t HeadTxid(const std::vector<Reply>& got, const BatchPlan& plan) {
+  return got[plan.head].i64(0, plan.locked_by_select ? 1 : 0);
+}
+
+// Writes one batch inside `tx` and sets *txid to txid_current(). A non-OK
+// result means the caller must roll the batch back (some of it may have been
+// written), unless *undone says that it was.
+//
+// One round trip: every statement of the batch goes out in one pipeline (after
+// `prefix`: the group's savepoint statements). If the fence, the saga's row
+// or (for a create) the intent refused the batch, the rest ran for nothing:
+// the batch is undone (`undo`: ROLLBACK, or back to the group's savepoint)
+// and, for a fence, the saga's epoch read for the status.
+Result<bool> ApplyBatch(WriteTx& tx, const WriteBatch& batch, int64_t updated_ms,
+                        int64_t consumed_ms, int64_t* txid, const std::vector<const char*>& prefix,
+                        const std::vector<const char*>& undo, bool* undone) {
+  *undone = false;
+  Pipe p(tx);
+  for (const char* sql : prefix) p.AddSql(sql);
+  const size_t first = prefix.size();
+  BatchPlan plan = AddBatch(p, batch, updated_ms, consumed_ms);
   std::vector<Reply> got = p.Run();
   ThrowIfPrefixFailed(tx, p, got, first);
-  const Reply& head = got[first];
-  if (!head.ok()) head.Throw(tx.raw(), p.Sql(first));
-  if (head.rows() == 0) {
-    // Submitted before (or by a batch of this group): the rest ran for nothing.
+  int64_t epoch = -1;
+  if (!HeadPassed(tx, p, got, plan, batch, &epoch)) {
+    // The rest ran for nothing: undone, then why is looked up.
     Pipe u(tx);
     for (const char* sql : undo) u.AddSql(sql);
-    std::vector<Reply> done = u.Run();
+    const bool look = !plan.create && epoch < 0;
+    const size_t at = look ? u.Add(kSagaEpoch, batch.saga_id) : 0;
+    std::vector<Reply> why = u.Run();
     *undone = true;
-    ThrowFirstError(u, tx.raw(), done);
-    return Status::Conflict("intent key " + Quote(saga.intent_key) +
-                            " was submitted before; nothing of the batch was written");
+    ThrowFirstError(u, tx.raw(), why);
+    if (plan.create) {
+      return Status::Conflict("intent key " + Quote(batch.create->intent_key) +
+                              " was submitted before; nothing of the batch was written");
+    }
+    if (look) {
+      if (why[at].rows() == 0) return SagaNotFound(batch.saga_id);
+      epoch = why[at].i64(0, 0);
+    }
+    return Status::Aborted("lease lost: saga " + Quote(batch.saga_id) + " is at lease epoch " +
+                           std::to_string(epoch) + ", the batch is fenced on epoch " +
+                           std::to_string(batch.fence_epoch) +
+                           "; nothing of the batch was written");
   }
-  *txid = head.i64(0, 0);
-  return RowsOutcome(tx, p, got, first + 1, kinds, batch);
+  *txid = HeadTxid(got, plan);
+  // The first error of the rest is the batch's (the statements after it were
+  // skipped).
+  return RowsOutcome(tx, p, got, plan.head + 1, plan.kinds, batch);
+}
+
+// Writes a whole group in one round trip, without savepoints, betting that
+// every batch goes through (the usual case: a fence lost, a key taken or a
+// row refused is rare). True and *txid set: every batch is written (COMMIT
+// is the caller's). False: some batch was refused or failed, and the
+// transaction is rolled back: the caller writes the group again batch by
+// batch, each in its savepoint, which tells each batch its own status.
+// Contention and a lost connection are thrown, as everywhere.
+bool ApplyGroupInOnePipeline(WriteTx& tx, const std::vector<const WriteBatch*>& batches,
+                             const std::vector<std::pair<int64_t, int64_t>>& times, int64_t* txid) {
+  Pipe p(tx);
+  std::vector<BatchPlan> plans;
+  plans.reserve(batches.size());
+  for (size_t i = 0; i < batches.size(); ++i) {
+    plans.push_back(AddBatch(p, *batches[i], times[i].first, times[i].second));
+  }
+  std::vector<Reply> got = p.Run();
+  bool clean = true;
+  for (const Reply& r : got) {
+    if (r.ok()) continue;
+    // Contention or a lost connection fails the group as a whole (Run runs
+    // it again or resolves it); any other error is one batch's.
+    if (PQstatus(tx.raw()) != CONNECTION_OK) ThrowBroken(tx.raw(), "group pipeline");
+    if (r.sqlstate().rfind("40", 0) == 0) r.Throw(tx.raw(), "group pipeline");
+    clean = false;
+  }
+  for (size_t i = 0; clean && i < batches.size(); ++i) {
+    int64_t epoch = -1;
+    clean = HeadPassed(tx, p, got, plans[i], *batches[i], &epoch);
+  }
+  if (clean) {
+    *txid = HeadTxid(got, plans.front());
+    return true;
+  }
+  if (!RollbackRaw(tx.raw())) ThrowBroken(tx.raw(), "ROLLBACK");
+  tx.MarkEnded();
+  return false;
 }
 
 }  // namespace
@@ -1805,6 +1848,21 @@ void PgStore::CommitGroup(std::vector<PendingCommit*> group) {
         counters.commit_transactions.fetch_add(1);
         std::vector<Status> statuses;
         statuses.reserve(group.size());
+        {
+          // The usual case first: every batch goes through, in one round trip.
+          std::vector<const WriteBatch*> batches;
+          std::vector<std::pair<int64_t, int64_t>> times;
+          for (const PendingCommit* p : group) {
+            batches.push_back(p->batch);
+            times.emplace_back(p->updated_ms, p->consumed_ms);
+          }
+          if (ApplyGroupInOnePipeline(tx, batches, times, &note->txid)) {
+            statuses.assign(group.size(), Status::Ok());
+            return statuses;
+          }
+          counters.group_fallbacks.fetch_add(1);
+          note->txid = 0;
+        }
         std::vector<const char*> pending;  // ends the previous batch's savepoint
         for (PendingCommit* p : group) {
           std::vector<const char*> prefix = pending;

@@ -65,7 +65,10 @@
 // ordered by saga id (a lock order, so that groups of several stores cannot
 // deadlock), each inside its own SAVEPOINT: one batch's failure (kConflict,
 // fence kAborted, kNotFound, kInvalidArgument) rolls back that batch alone and
-// the others still commit.
+// the others still commit. The group goes out first in one round trip
+// without savepoints, betting that every batch goes through; only when one
+// is refused or fails is that transaction rolled back and the group written
+// again batch by batch, each in its savepoint (PgStats::group_fallbacks).
 // Up to `group_commit_leaders` groups are in flight at once, each its own
 // transaction on its own connection; they take their saga rows in the same
 // order, and a saga's batches in two groups commit in the order its row lock
@@ -157,7 +160,10 @@ struct PgStats {
   int64_t commit_batches = 0;       ///< WriteBatches Commit ran in a transaction
   int64_t commit_transactions = 0;  ///< transactions Commit ran, retries included
   int64_t largest_group = 0;        ///< most batches in one transaction
-  int64_t commits_queued = 0;       ///< Commit calls waiting for a leader now
+  /// Groups whose one-round-trip write refused or failed a batch, written
+  /// again batch by batch (each in its savepoint) in a new transaction.
+  int64_t group_fallbacks = 0;
+  int64_t commits_queued = 0;  ///< Commit calls waiting for a leader now
 };
 
 class PgStore : public Store, public KeyRecordStore, public SpecStore, public ControlStore {

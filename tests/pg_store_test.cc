@@ -1269,6 +1269,9 @@ TEST(PgStoreTest, GroupCommitSharesTransactionsAndFailsBatchesAlone) {
   EXPECT_EQ(2, scenario.Transactions());
   EXPECT_EQ(GroupCommitScenario::kBatches, scenario.Store()->Stats().largest_group);
   EXPECT_EQ(0, scenario.Store()->Stats().retries);
+  // The one-round-trip write met the refused batches, and the group was
+  // written again batch by batch.
+  EXPECT_EQ(1, scenario.Store()->Stats().group_fallbacks);
   std::cout << "[ figures  ] PostgreSQL: " << GroupCommitScenario::kBatches + 1
             << " concurrent commits took " << scenario.Transactions()
             << " transactions (largest group " << scenario.Store()->Stats().largest_group << ")\n";
@@ -1311,6 +1314,63 @@ TEST(PgStoreTest, TwoGroupsAreInFlightAtOnce) {
   EXPECT_EQ(CountEvents(*store, "s-lead", "lead"), 1);
   EXPECT_EQ(CountEvents(*store, "s-other", "other"), 1);
   EXPECT_EQ(store->Stats().largest_group, 1);
+}
+
+// A group where every batch goes through is written in one round trip and
+// never falls back; each batch lands once, with its state and effect.
+TEST(PgStoreTest, ACleanGroupIsWrittenInOneRoundTrip) {
+  PgTestDatabase db;
+  ASSERT_DB_OK(db);
+  constexpr int kSagas = 12;
+  std::atomic<bool> armed{false};
+  std::atomic<int> hook_calls{0};
+  PgStore* raw_store = nullptr;
+  PgOptions options;
+  options.url = db.Url();
+  options.group_commit_leaders = 1;  // every batch queues behind the lead one
+  options.before_commit_hook = [&](int) {
+    if (!armed.load() || hook_calls.fetch_add(1) != 0) return;
+    for (int i = 0; i < 10'000 && raw_store->Stats().commits_queued < kSagas; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  };
+  std::unique_ptr<PgStore> store = MustOpen(options);
+  ASSERT_NE(store, nullptr);
+  raw_store = store.get();
+  STORE_ASSERT_OK(store->CreateIntent(MakeSaga("lead", "intent-lead")));
+  for (int t = 0; t < kSagas; ++t) {
+    const std::string id = "saga-" + std::to_string(t);
+    STORE_ASSERT_OK(store->CreateIntent(MakeSaga(id, "intent-" + id)));
+  }
+  armed = true;
+  Status lead;
+  std::thread leader([&] { lead = store->Commit(Batch("lead", "lead", 1)); });
+  while (hook_calls.load() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  const PgStats before = store->Stats();
+  std::vector<Status> results(kSagas);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kSagas; ++t) {
+    threads.emplace_back(
+        [&, t] { results[t] = store->Commit(Batch("saga-" + std::to_string(t), "clean", 2)); });
+  }
+  for (std::thread& th : threads) th.join();
+  leader.join();
+  STORE_ASSERT_OK(lead);
+  EXPECT_EQ(kSagas, store->Stats().largest_group);
+  EXPECT_EQ(0, store->Stats().group_fallbacks);
+  EXPECT_EQ(1, store->Stats().commit_transactions - before.commit_transactions)
+      << "the group's one transaction (the lead's had begun before)";
+  for (int t = 0; t < kSagas; ++t) {
+    const std::string id = "saga-" + std::to_string(t);
+    STORE_EXPECT_OK(results[t]);
+    EXPECT_EQ(2, CountEvents(*store, id, "clean")) << id;
+    auto rec = store->LoadSaga(id);
+    STORE_ASSERT_OK(rec);
+    EXPECT_EQ("running", rec->summary.state);
+    auto effects = store->ListEffects(id);
+    STORE_ASSERT_OK(effects);
+    EXPECT_EQ(1u, effects->size()) << id;
+  }
 }
 
 TEST(PgStoreTest, GroupCommitCanBeSwitchedOff) {
