@@ -7,20 +7,18 @@
 // `max_leaders` leaders at work becomes a leader: it takes up to `max_group`
 // queued items (its own among them, unless the queue is longer than a
 // group), hands them to the store's `write` callback, marks them done and
-// wakes the others. One leader (SQLite: one writer connection) writes groups
-// one after another; several (PostgreSQL) keep that many group transactions
-// in flight at once, each on its own connection, so that one group's
-// statements run while another's COMMIT waits for its flush. Two groups in
-// flight never hold the same item; items of one saga in two groups are
-// ordered by the store (PostgreSQL: the saga's row lock). The callback writes the group in one
-// transaction, each item inside its own savepoint (a group of one needs
-// none), and sets each item's own `status`: one item's failure rolls back
-// that item alone, a failure of the transaction itself fails every item of
-// the group. How a backend runs savepoints, retries and unknown COMMIT
-// outcomes is the callback's business; this queue only decides who writes
-// what, and that every caller returns after its item was written.
-// Disabled (`enabled` false), Submit calls `write` with the caller's item
-// alone, on the caller's thread.
+// wakes each of them, then the first queued waiter if a leader's slot is
+// free (each waiter sleeps on its own condition variable). One leader (SQLite: one writer
+// connection) writes groups one after another; several (PostgreSQL) keep that many group
+// transactions in flight at once, each on its own connection, so that one group's statements run
+// while another's COMMIT waits for its flush. Two groups in flight never hold the same item; items
+// of one saga in two groups are ordered by the store (PostgreSQL: the saga's row lock). The
+// callback writes the group in one transaction, each item inside its own savepoint (a group of one
+// needs none), and sets each item's own `status`: one item's failure rolls back that item alone, a
+// failure of the transaction itself fails every item of the group. How a backend runs savepoints,
+// retries and unknown COMMIT outcomes is the callback's business; this queue only decides who
+// writes what, and that every caller returns after its item was written. Disabled (`enabled`
+// false), Submit calls `write` with the caller's item alone, on the caller's thread.
 //
 // Item: any type with a `Status status` member, owned by the caller and
 // alive until Submit returns.
@@ -77,7 +75,7 @@ class GroupCommit {
       Write({item});
       return;
     }
-    Waiter me{item};
+    Waiter me(item);
     std::unique_lock<std::mutex> lock(mu_);
     queue_.push_back(&me);
     queued_.fetch_add(1);
@@ -86,7 +84,7 @@ class GroupCommit {
       // Taken into another leader's group: wait for it. Queued with every
       // leader busy: wait for one to finish.
       if (me.taken || leaders_ >= max_leaders_) {
-        cv_.wait(lock);
+        me.cv.wait(lock);
         continue;
       }
       ++leaders_;
@@ -99,12 +97,18 @@ class GroupCommit {
         queue_.pop_front();
       }
       queued_.fetch_sub(static_cast<int64_t>(group.size()));
+      WakeNextLeader();  // a slot still free: the rest need not wait for this group
       lock.unlock();
       Write(group);
       lock.lock();
-      for (Waiter* w : taken) w->done = true;
+      // Each waiter is woken alone, under the lock: it cannot return (and
+      // take its condition variable with it) before the lock is let go.
+      for (Waiter* w : taken) {
+        w->done = true;
+        if (w != &me) w->cv.notify_one();
+      }
       --leaders_;
-      cv_.notify_all();
+      WakeNextLeader();
     }
   }
 
@@ -113,10 +117,21 @@ class GroupCommit {
 
  private:
   struct Waiter {
+    explicit Waiter(Item* i) : item(i) {}
     Item* item;
     bool taken = false;  // in a leader's group; GUARDED_BY(mu_)
     bool done = false;   // GUARDED_BY(mu_)
+    // Woken when its item is written, or when it is first in the queue and a
+    // leader's slot is free: never all waiters for every group (64 threads
+    // woken hundreds of times a second cost more than the writes).
+    std::condition_variable cv;
   };
+
+  // With a leader's slot free, wakes the first queued waiter to lead.
+  // Called with mu_ held.
+  void WakeNextLeader() {
+    if (!queue_.empty() && leaders_ < max_leaders_) queue_.front()->cv.notify_one();
+  }
 
   void Write(const std::vector<Item*>& group) {
     try {
@@ -131,7 +146,6 @@ class GroupCommit {
   const int max_leaders_;
   const WriteGroup write_;
   std::mutex mu_;
-  std::condition_variable cv_;
   std::deque<Waiter*> queue_;  // GUARDED_BY(mu_)
   int leaders_ = 0;            // groups being written now; GUARDED_BY(mu_)
   std::atomic<int64_t> queued_{0};
