@@ -14,7 +14,8 @@
 #   - the same key with another payload on B is 422 idempotency-key-reused;
 #   - a spec registered on A (PUT /v1/specs/NAME) is submitted by name on B;
 #   - a cancel sent to B of a saga A drives (its first call held by a slow
-#     provider) is honoured by A: the call finishes, then A rolls back.
+#     provider until the cancel is in the store) is honoured by A: the call
+#     finishes, then A rolls back.
 # The travel tools point at a port nobody listens on: those sagas need not
 # succeed. The servers keep their commit-token keys in the work folder.
 set -euo pipefail
@@ -84,8 +85,9 @@ DEAD=$(free_port)
 sed "s#http://127.0.0.1:8091#http://127.0.0.1:$DEAD#" \
   "$ROOT/examples/travel_booking/tools.http.json" >"$WORK/tools.json"
 
-# A slow provider for the cancel check: POST /slow answers after 4 s (and
-# leaves a file when a call arrives), POST /undo at once.
+# A slow provider for the cancel check: POST /slow leaves a file when a call
+# arrives and answers once the test leaves WORK/release (at most after 60 s:
+# no fixed delay races a slow machine), POST /undo at once.
 SLOW_PORT=$(free_port)
 python3 - "$SLOW_PORT" "$WORK" <<'PY' >"$WORK/slow.log" 2>&1 &
 import http.server, json, os, sys, time
@@ -95,7 +97,9 @@ class H(http.server.BaseHTTPRequestHandler):
         self.rfile.read(int(self.headers.get("Content-Length", 0)))
         if self.path == "/slow":
             open(os.path.join(work, "slow.entered"), "a").write("x")
-            time.sleep(4)
+            deadline = time.time() + 60
+            while not os.path.exists(os.path.join(work, "release")) and time.time() < deadline:
+                time.sleep(0.05)
         body = json.dumps({"ok": True, "path": self.path}).encode()
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
@@ -113,7 +117,7 @@ doc = json.load(open(path))
 base = "http://127.0.0.1:" + port
 doc["tools"] += [
     {"name": "slow.do", "effect": "write", "honours_keys": True, "base_url": base,
-     "commit": {"method": "POST", "path": "/slow"}, "timeout_ms": 10000},
+     "commit": {"method": "POST", "path": "/slow"}, "timeout_ms": 90000},
     {"name": "slow.undo", "effect": "idempotent", "honours_keys": True, "base_url": base,
      "commit": {"method": "POST", "path": "/undo"}, "timeout_ms": 10000}]
 json.dump(doc, open(path, "w"))
@@ -179,8 +183,9 @@ code=$(post "$B" trip-by-name "$BYNAME")
 echo "ok: the spec registered on A was submitted by name on B"
 
 # ---- 4. A cancel sent to B of a saga that A drives: A honours it.
-# B stops, so that A takes the saga up; B comes back while A's first call is
-# held by the slow provider, and the cancel goes to B.
+# B stops, so that A takes the saga up; B comes back (on a port of its own:
+# the old one may have been taken meanwhile) while A's first call is held by
+# the slow provider, and the cancel goes to B; then the call is let go.
 kill "$PID_b"
 wait "$PID_b" 2>/dev/null || true
 SLOW='{"spec": {"name": "slow", "steps": [
@@ -191,6 +196,8 @@ code=$(post "$A" slow-1 "$SLOW")
 SLOW_SAGA=$(json saga_id)
 for _ in $(seq 1 100); do [[ -f "$WORK/slow.entered" ]] && break; sleep 0.1; done
 [[ -f "$WORK/slow.entered" ]] || fail "A never called the slow provider"
+PORT_B=$(free_port)
+B="http://127.0.0.1:$PORT_B/v1"
 serve b "$PORT_B"
 wait_http "http://127.0.0.1:$PORT_B/readyz"
 # Body-less (cpp-httplib needs the Content-Length; the new HTTP front not).
@@ -199,7 +206,10 @@ code=$(curl -sS -o "$WORK/body" -w '%{http_code}' -X POST -H "Content-Length: 0"
 [[ "$code" == 202 ]] || fail "the cancel on B answered $code, not 202: $(cat "$WORK/body")"
 [[ "$(q "SELECT kind FROM saga_controls WHERE saga_id = '$SLOW_SAGA'")" == cancel ]] ||
   fail "the cancel is not recorded in the store"
-for _ in $(seq 1 150); do
+! grep -qs '^/slow$' "$WORK/calls" ||
+  fail "the slow call finished before it was let go"
+touch "$WORK/release"
+for _ in $(seq 1 300); do
   [[ "$(q "SELECT state FROM sagas WHERE saga_id = '$SLOW_SAGA'")" == compensated ]] && break
   sleep 0.1
 done
