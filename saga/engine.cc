@@ -200,14 +200,17 @@ Result<SagaRecord> Engine::Run(const std::string& saga_id) {
 }
 
 Result<SagaRecord> Engine::Drive(const std::string& saga_id) {
-  auto lease = Claim(saga_id);
-  if (!lease.ok()) {
-    if (lease.status().code() == Code::kAborted) {
+  if (!options_.use_leases) return RunLeased(storage::Lease{saga_id, options_.owner, 0, 0});
+  // The claim, the saga and its control request in one call (one round
+  // trip on PostgreSQL).
+  auto claimed = store_->ClaimAndLoad(saga_id, options_.owner, options_.lease_ms);
+  if (!claimed.ok()) {
+    if (claimed.status().code() == Code::kAborted) {
       return Status::Aborted("saga " + saga_id + " is being driven by another worker");
     }
-    return lease.status();
+    return claimed.status();
   }
-  return RunLeased(*lease);
+  return DriveOne(claimed->lease, /*held=*/false, std::nullopt, nullptr, &*claimed);
 }
 
 Result<storage::Lease> Engine::Claim(const std::string& saga_id) {
@@ -310,7 +313,8 @@ Result<SagaRecord> Engine::RunLeased(const storage::Lease& lease, bool held) {
 
 Result<SagaRecord> Engine::DriveOne(const storage::Lease& lease, bool held,
                                     std::optional<storage::NewSaga> create,
-                                    const std::function<void()>& on_created) {
+                                    const std::function<void()>& on_created,
+                                    storage::ClaimedSaga* claimed) {
   const std::string& saga_id = lease.saga_id;
   // Without leases, one driver per saga in this process (an open saga's call
   // and the server's pool may reach one saga at once).
@@ -337,7 +341,9 @@ Result<SagaRecord> Engine::DriveOne(const storage::Lease& lease, bool held,
   std::optional<SagaRun> run;
   Result<SagaRecord> out = Status::Internal("unset");
   try {
-    auto rec = create ? Result<SagaRecord>(RecordOf(*create)) : store_->LoadSaga(saga_id);
+    auto rec = create    ? Result<SagaRecord>(RecordOf(*create))
+               : claimed ? Result<SagaRecord>(std::move(claimed->record))
+                         : store_->LoadSaga(saga_id);
     if (!rec.ok()) return rec.status();
     auto spec = CachedSpec(rec->spec);
     auto loaded = LoadedSaga::From(std::move(rec).value());
@@ -350,6 +356,8 @@ Result<SagaRecord> Engine::DriveOne(const storage::Lease& lease, bool held,
       return parked;
     }
     run.emplace(store_, tools_, options_, std::move(loaded).value(), std::move(spec).value());
+    if (claimed != nullptr && claimed->control_read)
+      run->PrefetchControl(std::move(claimed->control));
     if (create) {
       // Fenced on the epoch the create writes; the lease is kept from the
       // create on.

@@ -298,9 +298,12 @@ class Engine {
   Result<storage::SagaRecord> RunLeased(const storage::Lease& lease, bool held = false);
   /// RunLeased, and for SubmitAndRun a saga not in the store yet (`create`,
   /// recorded by the drive's first write, which then calls `on_created`).
+  /// `claimed` (from Store::ClaimAndLoad, for `lease`): the saga and its
+  /// control request as read with the claim, not read again.
   Result<storage::SagaRecord> DriveOne(const storage::Lease& lease, bool held,
                                        std::optional<storage::NewSaga> create,
-                                       const std::function<void()>& on_created);
+                                       const std::function<void()>& on_created,
+                                       storage::ClaimedSaga* claimed = nullptr);
   /// Submit's checks, and the intent, saga and planned steps it records.
   Result<storage::NewSaga> NewIntent(const SagaSpec& spec, const Json& input,
                                      const std::string& intent_key,

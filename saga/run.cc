@@ -191,6 +191,10 @@ Status SagaRun::Flush() {
   WriteBatch batch = std::move(staged_);
   staged_ = WriteBatch();
   has_staged_ = false;
+  {
+    std::lock_guard<std::mutex> lock(prefetch_mu_);
+    prefetched_control_.reset();  // read before this write: stale after it
+  }
   batch.saga_id = rec_.summary.saga_id;
   batch.fence_epoch = fence_epoch_;
   if (create_) {

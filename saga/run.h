@@ -137,6 +137,10 @@ class SagaRun {
   /// name it yet): asked before the drive and between steps
   /// (saga/run_control.cc).
   Result<std::optional<storage::ControlRequest>> PendingControl() const;
+  /// What the next PendingControl answers without a read: the request as
+  /// read with the drive's claim (Store::ClaimAndLoad). Used once, and
+  /// dropped by the drive's first write (a read after that is a new one).
+  void PrefetchControl(std::optional<storage::ControlRequest> pending);
   /// Removes the request once carried out (its state change durable).
   Status SettleControl(const std::string& request_id) const;
   /// For a resume: whether the saga was rolling back when it was paused
@@ -315,6 +319,9 @@ class SagaRun {
   std::optional<storage::NewSaga> create_;  // recorded by the first Flush
   std::function<void()> on_created_;
   bool unborn_ = false;
+  mutable std::mutex prefetch_mu_;
+  // GUARDED_BY(prefetch_mu_): set: PendingControl's next answer.
+  mutable std::optional<std::optional<storage::ControlRequest>> prefetched_control_;
   std::mutex branch_mu_;
   bool parallel_ = false;        // GUARDED_BY(branch_mu_) while branches run
   bool forward_halted_ = false;  // GUARDED_BY(branch_mu_) while branches run

@@ -14,7 +14,20 @@ Result<std::optional<storage::ControlRequest>> SagaRun::PendingControl() const {
   // A saga not in the store yet has none: a request names a recorded saga
   // (ControlStore::RequestControl refuses any other), so no read is spent.
   if (controls == nullptr || unborn_) return std::optional<storage::ControlRequest>();
+  {
+    std::lock_guard<std::mutex> lock(prefetch_mu_);
+    if (prefetched_control_) {
+      std::optional<storage::ControlRequest> pending = std::move(*prefetched_control_);
+      prefetched_control_.reset();
+      return pending;
+    }
+  }
   return controls->PendingControl(saga_id());
+}
+
+void SagaRun::PrefetchControl(std::optional<storage::ControlRequest> pending) {
+  std::lock_guard<std::mutex> lock(prefetch_mu_);
+  prefetched_control_ = std::move(pending);
 }
 
 Status SagaRun::SettleControl(const std::string& request_id) const {

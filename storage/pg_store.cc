@@ -294,8 +294,15 @@ constexpr Statement kInsertOpenCall = {
     "insert_open_call",
     "INSERT INTO open_calls (saga_id, call_id, step_idx, created_ms) VALUES ($1, $2, $3, $4)"};
 
+// ClaimAndLoad's reads, in its pipeline (the same SQL as the reads run
+// through pqxx, under names of their own).
+constexpr Statement kClaimedSaga = {"claimed_saga", kSelectSagaWithSteps.sql};
+constexpr Statement kClaimedControl = {"claimed_control", kReadControl.sql};
+
 // Run through libpq pipelines (see Pipe), prepared at a connection's first write.
 constexpr std::array kWriteStatements = {
+    kClaimedSaga,
+    kClaimedControl,
     kSagaExists,
     kLockSaga,
     kSagaEpoch,
@@ -563,6 +570,7 @@ class Reply {
   int64_t i64(int row, int col) const {
     return std::strtoll(PQgetvalue(r_, row, col), nullptr, 10);
   }
+  const char* c_str(int row, int col) const { return PQgetvalue(r_, row, col); }
   std::string message() const { return PQresultErrorMessage(r_); }
   std::string sqlstate() const {
     const char* st = PQresultErrorField(r_, PG_DIAG_SQLSTATE);
@@ -588,6 +596,88 @@ class Reply {
  private:
   PGresult* r_ = nullptr;
 };
+
+// A pqxx result read through the accessors of a Reply, so that one reader
+// (ReadSagaWithSteps) serves both.
+class PqxxRows {
+ public:
+  explicit PqxxRows(const pqxx::result& r) : r_(r) {}
+  int rows() const { return static_cast<int>(r_.size()); }
+  bool null(int row, int col) const { return r_[row][col].is_null(); }
+  std::string text(int row, int col) const { return FieldText(r_[row][col]); }
+  int64_t i64(int row, int col) const { return r_[row][col].as<int64_t>(); }
+  const char* c_str(int row, int col) const { return r_[row][col].c_str(); }
+
+ private:
+  const pqxx::result& r_;
+};
+
+template <typename Rows>
+Json JsonAt(const Rows& q, int row, int col, const char* column) {
+  if (q.null(row, col)) return {};  // JSON null
+  Json value = Json::parse(q.c_str(row, col), nullptr, /*allow_exceptions=*/false);
+  if (value.is_discarded()) {
+    throw DataError(std::string("column ") + column + " holds invalid JSON");
+  }
+  return value;
+}
+
+// A control request from its columns (IDEM_PG_CONTROL_COLUMNS).
+ControlRequest ReadControl(const std::string& saga_id, const std::string& request_id,
+                           const std::string& kind, const std::string& by,
+                           const std::string& reason, int64_t requested_ms) {
+  ControlRequest r;
+  r.saga_id = saga_id;
+  r.request_id = request_id;
+  r.kind = kind;
+  r.by = by;
+  r.reason = reason;
+  r.requested_ms = requested_ms;
+  return r;
+}
+
+// The saga `saga_id` from the rows of kSelectSagaWithSteps (at least one:
+// none means no such saga).
+template <typename Rows>
+SagaRecord ReadSagaWithSteps(const Rows& q, const std::string& saga_id) {
+  SagaRecord rec;
+  SagaSummary& s = rec.summary;
+  s.saga_id = q.text(0, 0);
+  s.intent_key = q.text(0, 1);
+  s.spec_name = q.text(0, 2);
+  s.state = q.text(0, 3);
+  s.reason = q.text(0, 4);
+  s.created_ms = q.i64(0, 5);
+  s.updated_ms = q.i64(0, 6);
+  rec.fingerprint = q.text(0, 7);
+  rec.spec = JsonAt(q, 0, 8, "sagas.spec");
+  rec.input = JsonAt(q, 0, 9, "sagas.input");
+  s.spec_version = q.null(0, 25) ? 0 : static_cast<int>(q.i64(0, 25));  // schema 7
+  s.spec_sha256 = q.text(0, 26);
+  s.pruned_at_ms = q.null(0, 27) ? 0 : q.i64(0, 27);  // schema 9
+  for (int i = 0; i < q.rows(); ++i) {
+    if (q.null(i, 10)) continue;  // no steps
+    StepRecord t;
+    t.saga_id = saga_id;
+    t.index = static_cast<int>(q.i64(i, 10));
+    t.step_id = q.text(i, 11);
+    t.tool = q.text(i, 12);
+    t.state = q.text(i, 13);
+    t.attempt = static_cast<int>(q.i64(i, 14));
+    t.step_key = q.text(i, 15);
+    t.args = JsonAt(q, i, 16, "steps.args");
+    t.args_fingerprint = q.text(i, 17);
+    t.result = JsonAt(q, i, 18, "steps.result");
+    t.external_ref = q.text(i, 19);
+    t.error = q.text(i, 20);
+    t.comp_attempt = static_cast<int>(q.i64(i, 21));
+    t.comp_result = JsonAt(q, i, 22, "steps.comp_result");
+    t.updated_ms = q.i64(i, 23);
+    t.phase = JsonAt(q, i, 24, "steps.phase");
+    rec.steps.push_back(std::move(t));
+  }
+  return rec;
+}
 
 }  // namespace
 
@@ -813,9 +903,14 @@ class WriteTx {
 /// must outlive Run); numbers and JSON are converted into the pipe.
 class Pipe {
  public:
-  explicit Pipe(WriteTx& tx) : tx_(tx) {
+  /// kImplicit: no BEGIN on a transaction not begun; the pipeline's
+  /// statements are then one implicit transaction, committed by its Sync
+  /// (or rolled back whole by an error), and the WriteTx stays not begun.
+  enum class Mode { kInTransaction, kImplicit };
+
+  explicit Pipe(WriteTx& tx, Mode mode = Mode::kInTransaction) : tx_(tx) {
     calls_.reserve(8);
-    if (!tx_.begun()) {
+    if (!tx_.begun() && mode == Mode::kInTransaction) {
       AddSql("BEGIN");
       begins_ = true;
     }
@@ -2008,14 +2103,32 @@ Result<std::vector<Lease>> PgStore::ClaimSagas(const std::vector<std::string>& s
   return out;
 }
 
-Result<Lease> PgStore::ClaimSaga(const std::string& saga_id, const std::string& owner,
-                                 int64_t lease_ms) {
+namespace {
+
+// ClaimSaga's and ClaimAndLoad's arguments.
+Status CheckClaim(const std::string& owner, int64_t lease_ms) {
   if (owner.empty()) return Status::InvalidArgument("ClaimSaga: owner is empty");
   IDEM_RETURN_IF_ERROR(CheckText(owner, "ClaimSaga: owner"));
   if (lease_ms <= 0) {
     return Status::InvalidArgument("ClaimSaga: lease_ms must be positive, got " +
                                    std::to_string(lease_ms));
   }
+  return Status::Ok();
+}
+
+// A claim of `saga_id` that took nothing, from kLeaseHolder's reply: no such
+// saga, or who holds it until when.
+Status ClaimRefused(const std::string& saga_id, const Reply& held) {
+  if (held.rows() == 0) return SagaNotFound(saga_id);
+  return Status::Aborted("saga " + Quote(saga_id) + " is leased to " + Quote(held.text(0, 0)) +
+                         " until " + std::to_string(held.i64(0, 1)));
+}
+
+}  // namespace
+
+Result<Lease> PgStore::ClaimSaga(const std::string& saga_id, const std::string& owner,
+                                 int64_t lease_ms) {
+  IDEM_RETURN_IF_ERROR(CheckClaim(owner, lease_ms));
   if (HasNul(saga_id)) return SagaNotFound(saga_id);
   return Run<Lease>("ClaimSaga " + Quote(saga_id) + " for " + Quote(owner), Access::kWrite,
                     [&](WriteTx& tx, WriteNote* note) -> Result<Lease> {
@@ -2030,10 +2143,7 @@ Result<Lease> PgStore::ClaimSaga(const std::string& saga_id, const std::string& 
                         q.Add(kLeaseHolder, saga_id);
                         std::vector<Reply> held = q.Run();
                         ThrowFirstError(q, tx.raw(), held);
-                        if (held[0].rows() == 0) return SagaNotFound(saga_id);
-                        return Status::Aborted("saga " + Quote(saga_id) + " is leased to " +
-                                               Quote(held[0].text(0, 0)) + " until " +
-                                               std::to_string(held[0].i64(0, 1)));
+                        return ClaimRefused(saga_id, held[0]);
                       }
                       Lease l;
                       l.saga_id = saga_id;
@@ -2043,6 +2153,58 @@ Result<Lease> PgStore::ClaimSaga(const std::string& saga_id, const std::string& 
                       note->txid = r.i64(0, 3);
                       return l;
                     });
+}
+
+Result<ClaimedSaga> PgStore::ClaimAndLoad(const std::string& saga_id, const std::string& owner,
+                                          int64_t lease_ms) {
+  IDEM_RETURN_IF_ERROR(CheckClaim(owner, lease_ms));
+  if (HasNul(saga_id)) return SagaNotFound(saga_id);
+  return Run<ClaimedSaga>("ClaimSaga " + Quote(saga_id) + " for " + Quote(owner), Access::kWrite,
+                          [&](WriteTx& tx) -> Result<ClaimedSaga> {
+                            // Not a transaction of Run's (no BEGIN, no COMMIT, nothing to
+                            // resolve): the Sync ends it, and a lost answer is claimed again.
+                            Pipe p(tx, Pipe::Mode::kImplicit);
+                            p.Add(kClaimSaga, saga_id, owner, lease_ms);
+                            p.Add(kClaimedSaga, saga_id);
+                            p.Add(kClaimedControl, saga_id);
+                            std::vector<Reply> got = p.Run();
+                            ThrowFirstError(p, tx.raw(), got);
+                            const Reply& claim = got[0];
+                            const Reply& saga = got[1];
+                            const Reply& control = got[2];
+                            if (saga.rows() == 0) return SagaNotFound(saga_id);
+                            if (claim.rows() == 0) {
+                              // Held by another owner: who, read anew (a second round trip).
+                              Pipe q(tx, Pipe::Mode::kImplicit);
+                              q.Add(kLeaseHolder, saga_id);
+                              std::vector<Reply> held = q.Run();
+                              ThrowFirstError(q, tx.raw(), held);
+                              return ClaimRefused(saga_id, held[0]);
+                            }
+                            ClaimedSaga out;
+                            out.lease.saga_id = saga_id;
+                            out.lease.owner = claim.text(0, 0);
+                            out.lease.epoch = claim.i64(0, 1);
+                            out.lease.expires_ms = claim.i64(0, 2);
+                            try {
+                              out.record = ReadSagaWithSteps(saga, saga_id);
+                            } catch (const DataError&) {
+                              // The claim is committed: given back (best
+                              // effort), as a drive that cannot read its
+                              // saga does.
+                              Pipe r(tx, Pipe::Mode::kImplicit);
+                              r.Add(kReleaseLease, saga_id, out.lease.owner, out.lease.epoch);
+                              (void)r.Run();
+                              throw;
+                            }
+                            out.control_read = true;
+                            if (control.rows() > 0) {
+                              out.control = ReadControl(control.text(0, 0), control.text(0, 1),
+                                                        control.text(0, 2), control.text(0, 3),
+                                                        control.text(0, 4), control.i64(0, 5));
+                            }
+                            return out;
+                          });
 }
 
 Status PgStore::UpdateLease(const char* what, const Lease& lease, int64_t lease_ms, bool release) {
@@ -2116,38 +2278,9 @@ Result<SagaRecord> PgStore::LoadSaga(const std::string& saga_id) {
   if (HasNul(saga_id)) return SagaNotFound(saga_id);  // cannot be stored
   return Run<SagaRecord>("LoadSaga " + Quote(saga_id), Access::kOneStatement,
                          [&](pqxx::transaction_base& tx) -> Result<SagaRecord> {
-                           SagaRecord rec;
                            pqxx::result q = tx.exec_prepared(kSelectSagaWithSteps.name, saga_id);
                            if (q.empty()) return SagaNotFound(saga_id);
-                           rec.summary = ReadSummary(q[0]);
-                           rec.fingerprint = FieldText(q[0][7]);
-                           rec.spec = FieldJson(q[0][8], "sagas.spec");
-                           rec.input = FieldJson(q[0][9], "sagas.input");
-                           ReadSpecRef(q[0], 25, &rec.summary);
-                           rec.summary.pruned_at_ms =
-                               q[0][27].is_null() ? 0 : q[0][27].as<int64_t>();  // schema 9
-                           for (const pqxx::row& r : q) {
-                             if (r[10].is_null()) continue;  // no steps
-                             StepRecord s;
-                             s.saga_id = saga_id;
-                             s.index = r[10].as<int>();
-                             s.step_id = FieldText(r[11]);
-                             s.tool = FieldText(r[12]);
-                             s.state = FieldText(r[13]);
-                             s.attempt = r[14].as<int>();
-                             s.step_key = FieldText(r[15]);
-                             s.args = FieldJson(r[16], "steps.args");
-                             s.args_fingerprint = FieldText(r[17]);
-                             s.result = FieldJson(r[18], "steps.result");
-                             s.external_ref = FieldText(r[19]);
-                             s.error = FieldText(r[20]);
-                             s.comp_attempt = r[21].as<int>();
-                             s.comp_result = FieldJson(r[22], "steps.comp_result");
-                             s.updated_ms = r[23].as<int64_t>();
-                             s.phase = FieldJson(r[24], "steps.phase");
-                             rec.steps.push_back(std::move(s));
-                           }
-                           return rec;
+                           return ReadSagaWithSteps(PqxxRows(q), saga_id);
                          });
 }
 
@@ -2764,23 +2897,6 @@ Result<std::vector<StoredSpec>> PgStore::ListSpecs() {
 }
 
 // ---- Control requests (storage/control_store.h) ------------------------------
-
-namespace {
-
-ControlRequest ReadControl(const std::string& saga_id, const std::string& request_id,
-                           const std::string& kind, const std::string& by,
-                           const std::string& reason, int64_t requested_ms) {
-  ControlRequest r;
-  r.saga_id = saga_id;
-  r.request_id = request_id;
-  r.kind = kind;
-  r.by = by;
-  r.reason = reason;
-  r.requested_ms = requested_ms;
-  return r;
-}
-
-}  // namespace
 
 Result<ControlOutcome> PgStore::RequestControl(const ControlRequest& request) {
   IDEM_RETURN_IF_ERROR(CheckControlRequest(request));

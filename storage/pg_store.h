@@ -204,6 +204,12 @@ class PgStore : public Store, public KeyRecordStore, public SpecStore, public Co
   /// epoch (an owner restarted under the same name fences its old writes).
   Result<Lease> ClaimSaga(const std::string& saga_id, const std::string& owner,
                           int64_t lease_ms) override;
+  /// One round trip: the claim, the saga's read and its control request's,
+  /// pipelined in one implicit transaction (committed by the pipeline's
+  /// Sync). A lost answer is retried once on a new connection: the claim by
+  /// the same owner is taken again at a higher epoch.
+  Result<ClaimedSaga> ClaimAndLoad(const std::string& saga_id, const std::string& owner,
+                                   int64_t lease_ms) override;
   Status RenewLease(const Lease& lease, int64_t lease_ms) override;
   Status ReleaseLease(const Lease& lease) override;
 

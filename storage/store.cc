@@ -12,6 +12,31 @@ bool StartsWith(const std::string& s, const char* prefix) { return s.rfind(prefi
 
 }  // namespace
 
+Result<ClaimedSaga> Store::ClaimAndLoad(const std::string& saga_id, const std::string& owner,
+                                        int64_t lease_ms) {
+  Result<Lease> lease = ClaimSaga(saga_id, owner, lease_ms);
+  if (!lease.ok()) return lease.status();
+  ClaimedSaga out;
+  out.lease = std::move(lease).value();
+  Status read = [&]() -> Status {
+    Result<SagaRecord> record = LoadSaga(saga_id);
+    if (!record.ok()) return record.status();
+    out.record = std::move(record).value();
+    if (ControlStore* controls = Controls()) {
+      auto pending = controls->PendingControl(saga_id);
+      if (!pending.ok()) return pending.status();
+      out.control = std::move(pending).value();
+      out.control_read = true;
+    }
+    return Status::Ok();
+  }();
+  if (!read.ok()) {
+    (void)ReleaseLease(out.lease);  // best effort: else it expires
+    return read;
+  }
+  return out;
+}
+
 Result<StoreGauges> Store::ReadGauges(const GaugeQuery&) {
   return Status::FailedPrecondition("this store does not count gauges");
 }

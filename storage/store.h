@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "storage/control_store.h"
 #include "storage/prune.h"
 
 #include "common/json_util.h"
@@ -232,6 +233,17 @@ struct Lease {
   int64_t expires_ms = 0;  ///< in the store's clock
 };
 
+/// What Store::ClaimAndLoad answers: the lease taken, the saga as LoadSaga
+/// reads it with that lease held, and its pending control request.
+struct ClaimedSaga {
+  Lease lease;
+  SagaRecord record;
+  /// False for a store without control requests (Controls() is nullptr):
+  /// nothing was read, and `control` says nothing.
+  bool control_read = false;
+  std::optional<ControlRequest> control;
+};
+
 /// Which sagas Store::ListSagas answers, newest first (created_ms, then the
 /// id's bytes). Every filter is applied by the database, on an index where
 /// one serves it (migration 14: sagas_by_created, sagas_by_owner), so a page
@@ -368,6 +380,14 @@ class Store {
   /// expired. kAborted if another owner holds it; kNotFound if absent.
   virtual Result<Lease> ClaimSaga(const std::string& saga_id, const std::string& owner,
                                   int64_t lease_ms) = 0;
+
+  /// ClaimSaga, then the saga's record and its pending control request
+  /// (ControlStore::PendingControl) read under the lease: what a drive
+  /// starts from. Errors as ClaimSaga's, and nothing is held after one. The
+  /// default runs the three calls in turn (and releases the lease if a read
+  /// fails); PgStore runs them as one transaction in one round trip.
+  virtual Result<ClaimedSaga> ClaimAndLoad(const std::string& saga_id, const std::string& owner,
+                                           int64_t lease_ms);
 
   /// Extends a held lease by `lease_ms` from now. kAborted if the saga's
   /// epoch or owner changed (the lease was lost), kNotFound if absent.

@@ -181,14 +181,18 @@ TEST(PgStoreTest, FreshDatabaseHasTheSchema) {
   for (const char* table : {"intents", "sagas", "steps", "journal", "effects", "consumed_tokens"}) {
     EXPECT_EQ(table, raw.Text(std::string("SELECT to_regclass('") + table + "')"));
   }
-  for (const char* index : {"journal_by_saga", "effects_by_saga", "sagas_by_state_lease"}) {
+  for (const char* index : {"journal_by_saga", "effects_by_saga", "sagas_by_state"}) {
     EXPECT_EQ(index, raw.Text(std::string("SELECT to_regclass('") + index + "')"));
   }
-  // Dropped by version 16: no query needs them, and each cost an entry per
-  // saga move, journal line or effect.
-  for (const char* index : {"sagas_by_state", "journal_pkey", "effects_seq_key"}) {
+  // Dropped by version 16 (no query needs them, and each cost an entry per
+  // journal line or effect) and 17 (a lease column in an index rules out
+  // HOT claims).
+  for (const char* index : {"sagas_by_state_lease", "journal_pkey", "effects_seq_key"}) {
     EXPECT_EQ("", raw.Text(std::string("SELECT to_regclass('") + index + "')")) << index;
   }
+  // Room on each page for the HOT versions of the rows updated in place.
+  EXPECT_EQ("{fillfactor=85}", raw.Text("SELECT reloptions FROM pg_class WHERE relname = 'sagas'"));
+  EXPECT_EQ("{fillfactor=70}", raw.Text("SELECT reloptions FROM pg_class WHERE relname = 'steps'"));
   // The server runs as the store's durability note assumes.
   EXPECT_EQ("on", raw.Text("SHOW synchronous_commit"));
   EXPECT_EQ("on", raw.Text("SHOW fsync"));
@@ -335,6 +339,58 @@ void UndoVersion15(RawDb* raw) {
   }
 }
 
+// Takes a database back from version 17 (HOT lease updates) to 16.
+void UndoVersion17(RawDb* raw) {
+  for (const char* sql :
+       {"DROP INDEX sagas_by_state",
+        "CREATE INDEX sagas_by_state_lease ON sagas (state, lease_expires_ms)",
+        "ALTER TABLE sagas RESET (fillfactor)", "ALTER TABLE steps RESET (fillfactor)",
+        "DELETE FROM schema_migrations WHERE version = 17"}) {
+    ASSERT_EQ("", raw->Exec(sql)) << sql;
+  }
+}
+
+// A database at version 16 with a saga under lease opens at 17: the lease
+// index is replaced by the state's, the fill factors are set, and the lease
+// taken before still fences, the claims after it still exclude each other.
+TEST(PgStoreTest, DatabaseAtVersion16TakesTheLeaseOutOfTheStateIndex) {
+  PgTestDatabase db;
+  ASSERT_DB_OK(db);
+  Lease before;
+  {
+    std::unique_ptr<PgStore> store = MustOpen(db.Url());
+    ASSERT_NE(store, nullptr);
+    STORE_ASSERT_OK(store->CreateIntent(MakeSaga("old", "intent-old")));
+    Result<Lease> l = store->ClaimSaga("old", "w1", 600'000);
+    STORE_ASSERT_OK(l);
+    before = *l;
+  }
+  RawDb raw(db.Url());
+  ASSERT_NO_FATAL_FAILURE(UndoVersion17(&raw));
+  EXPECT_EQ("sagas_by_state_lease", raw.Text("SELECT to_regclass('sagas_by_state_lease')"));
+  std::unique_ptr<PgStore> store = MustOpen(db.Url());
+  ASSERT_NE(store, nullptr);
+  EXPECT_EQ(PgStore::LatestSchemaVersion(), store->SchemaVersion());
+  EXPECT_EQ("", raw.Text("SELECT to_regclass('sagas_by_state_lease')"));
+  EXPECT_EQ("sagas_by_state", raw.Text("SELECT to_regclass('sagas_by_state')"));
+  EXPECT_EQ("{fillfactor=85}", raw.Text("SELECT reloptions FROM pg_class WHERE relname = 'sagas'"));
+  EXPECT_EQ("{fillfactor=70}", raw.Text("SELECT reloptions FROM pg_class WHERE relname = 'steps'"));
+  EXPECT_EQ(Code::kAborted, store->ClaimSaga("old", "w2", 600'000).status().code());
+  STORE_ASSERT_OK(store->RenewLease(before, 600'000));
+  Result<ClaimedSaga> again = store->ClaimAndLoad("old", "w1", 600'000);
+  STORE_ASSERT_OK(again);
+  EXPECT_EQ(before.epoch + 1, again->lease.epoch);
+  EXPECT_EQ(Code::kAborted, store->RenewLease(before, 600'000).code());
+  Result<std::vector<Lease>> none = store->ClaimSagas({"pending"}, "w2", 600'000, 5);
+  STORE_ASSERT_OK(none);
+  EXPECT_TRUE(none->empty());
+  STORE_ASSERT_OK(store->ReleaseLease(again->lease));
+  Result<std::vector<Lease>> freed = store->ClaimSagas({"pending"}, "w2", 600'000, 5);
+  STORE_ASSERT_OK(freed);
+  ASSERT_EQ(1u, freed->size());
+  EXPECT_EQ("old", (*freed)[0].saga_id);
+}
+
 // A database at version 15 (the three indexes of before, rows in every
 // table) opens at 16: the indexes are gone, the rows are read back whole, and
 // a batch commits on top of them.
@@ -348,6 +404,7 @@ TEST(PgStoreTest, DatabaseAtVersion15DropsTheIndexesNoQueryNeeds) {
     STORE_ASSERT_OK(store->Commit(Batch("old", "before", 2)));
   }
   RawDb raw(db.Url());
+  ASSERT_NO_FATAL_FAILURE(UndoVersion17(&raw));
   for (const char* sql :
        {"CREATE INDEX sagas_by_state ON sagas (state)", "ALTER TABLE journal ADD PRIMARY KEY (seq)",
         "ALTER TABLE effects ADD CONSTRAINT effects_seq_key UNIQUE (seq)",
@@ -357,9 +414,11 @@ TEST(PgStoreTest, DatabaseAtVersion15DropsTheIndexesNoQueryNeeds) {
   std::unique_ptr<PgStore> store = MustOpen(db.Url());
   ASSERT_NE(store, nullptr);
   EXPECT_EQ(PgStore::LatestSchemaVersion(), store->SchemaVersion());
-  for (const char* index : {"sagas_by_state", "journal_pkey", "effects_seq_key"}) {
+  for (const char* index : {"sagas_by_state_lease", "journal_pkey", "effects_seq_key"}) {
     EXPECT_EQ("", raw.Text(std::string("SELECT to_regclass('") + index + "')")) << index;
   }
+  // Dropped by 16, made again by 17 (on the state alone).
+  EXPECT_EQ("sagas_by_state", raw.Text("SELECT to_regclass('sagas_by_state')"));
   EXPECT_EQ(CountEvents(*store, "old", "before"), 2);
   STORE_ASSERT_OK(store->Commit(Batch("old", "after", 1)));
   EXPECT_EQ(CountEvents(*store, "old", "after"), 1);

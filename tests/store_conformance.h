@@ -1772,6 +1772,82 @@ inline ControlRequest MakeControl(const std::string& saga_id, const std::string&
   return r;
 }
 
+// What a drive starts from (Engine::Drive): the claim, the saga and its
+// pending control request, as ClaimSaga, LoadSaga and PendingControl answer.
+TYPED_TEST_P(StoreConformanceTest, ClaimAndLoadAnswersWhatClaimLoadAndPendingControlWould) {
+  ASSERT_NE(this->store().Controls(), nullptr);
+  STORE_ASSERT_OK(this->store().CreateIntent(MakeSaga("saga-1", "intent-1", 3)));
+  STORE_ASSERT_OK(this->store().CreateIntent(MakeSaga("saga-2", "intent-2")));
+  STORE_ASSERT_OK(
+      this->store().Controls()->RequestControl(MakeControl("saga-2", "pause", "rq-1", 2000)));
+
+  Result<ClaimedSaga> first = this->store().ClaimAndLoad("saga-1", "w1", 60'000);
+  STORE_ASSERT_OK(first);
+  EXPECT_EQ("saga-1", first->lease.saga_id);
+  EXPECT_EQ("w1", first->lease.owner);
+  EXPECT_EQ(1, first->lease.epoch);
+  EXPECT_GT(first->lease.expires_ms, 0);
+  Result<SagaRecord> loaded = this->store().LoadSaga("saga-1");
+  STORE_ASSERT_OK(loaded);
+  const SagaRecord& got = first->record;
+  EXPECT_EQ(loaded->summary.intent_key, got.summary.intent_key);
+  EXPECT_EQ(loaded->summary.spec_name, got.summary.spec_name);
+  EXPECT_EQ(loaded->summary.state, got.summary.state);
+  EXPECT_EQ(loaded->summary.created_ms, got.summary.created_ms);
+  EXPECT_EQ(loaded->fingerprint, got.fingerprint);
+  EXPECT_EQ(loaded->spec, got.spec);
+  EXPECT_EQ(loaded->input, got.input);
+  ASSERT_EQ(3u, got.steps.size());
+  for (size_t i = 0; i < got.steps.size(); ++i) {
+    EXPECT_EQ(loaded->steps[i].index, got.steps[i].index);
+    EXPECT_EQ(loaded->steps[i].step_id, got.steps[i].step_id);
+    EXPECT_EQ(loaded->steps[i].step_key, got.steps[i].step_key);
+    EXPECT_EQ(loaded->steps[i].state, got.steps[i].state);
+  }
+  EXPECT_TRUE(first->control_read);
+  EXPECT_FALSE(first->control.has_value());
+
+  // The lease is ClaimSaga's: another owner is refused (told who holds it),
+  // the holder's fenced writes commit.
+  Result<ClaimedSaga> other = this->store().ClaimAndLoad("saga-1", "w2", 60'000);
+  EXPECT_EQ(Code::kAborted, other.status().code()) << other.status().ToString();
+  EXPECT_NE(std::string::npos, other.status().message().find("w1")) << other.status().message();
+  EXPECT_EQ(Code::kAborted, this->store().ClaimSaga("saga-1", "w2", 60'000).status().code());
+  WriteBatch moved;
+  moved.saga_id = "saga-1";
+  moved.saga_state = "running";
+  moved.journal = {MakeEntry("saga-1", "", "saga_started", 1500)};
+  moved.fence_epoch = first->lease.epoch;
+  STORE_ASSERT_OK(this->store().Commit(moved));
+
+  // Its holder claiming again gets a new epoch (the old one is fenced out)
+  // and the saga as that write left it.
+  Result<ClaimedSaga> again = this->store().ClaimAndLoad("saga-1", "w1", 60'000);
+  STORE_ASSERT_OK(again);
+  EXPECT_EQ(2, again->lease.epoch);
+  EXPECT_EQ("running", again->record.summary.state);
+  WriteBatch stale = moved;
+  stale.journal = {MakeEntry("saga-1", "", "stale", 1600)};
+  EXPECT_EQ(Code::kAborted, this->store().Commit(stale).code());
+
+  // The pending request comes with its saga.
+  Result<ClaimedSaga> second = this->store().ClaimAndLoad("saga-2", "w1", 60'000);
+  STORE_ASSERT_OK(second);
+  EXPECT_TRUE(second->control_read);
+  ASSERT_TRUE(second->control.has_value());
+  EXPECT_EQ("saga-2", second->control->saga_id);
+  EXPECT_EQ("rq-1", second->control->request_id);
+  EXPECT_EQ("pause", second->control->kind);
+  EXPECT_EQ("ops", second->control->by);
+  EXPECT_EQ("reason of rq-1", second->control->reason);
+  EXPECT_EQ(2000, second->control->requested_ms);
+  EXPECT_EQ(2u, second->record.steps.size());
+
+  EXPECT_EQ(Code::kNotFound, this->store().ClaimAndLoad("ghost", "w1", 1000).status().code());
+  EXPECT_EQ(Code::kInvalidArgument, this->store().ClaimAndLoad("saga-1", "", 1000).status().code());
+  EXPECT_EQ(Code::kInvalidArgument, this->store().ClaimAndLoad("saga-1", "w1", 0).status().code());
+}
+
 TYPED_TEST_P(StoreConformanceTest, ControlRequestsFollowOneRuleAndSurviveReopen) {
   ASSERT_NE(this->store().Controls(), nullptr);
   STORE_ASSERT_OK(this->store().CreateIntent(MakeSaga("saga-1", "intent-1")));
@@ -2225,6 +2301,7 @@ TYPED_TEST_P(StoreConformanceTest, PruneDryRunWritesNothingAndBatchesAreBounded)
 
 REGISTER_TYPED_TEST_SUITE_P(
     StoreConformanceTest, CreateIntentCreatesSaga,
+    ClaimAndLoadAnswersWhatClaimLoadAndPendingControlWould,
     ABatchCreatesItsSagaWithItsFirstWriteInOneTransaction,
     ABatchThatCreatesASubmittedIntentKeyWritesNothing,
     ABatchThatCreatesItsSagaIsCheckedBeforeAnythingIsWritten,
