@@ -135,11 +135,22 @@ constexpr Statement kReleaseFenced = {
     "release_fenced",
     "UPDATE sagas SET lease_expires_ms = 0 WHERE saga_id = $1 AND lease_epoch = $2"
     " RETURNING txid_current()"};
-// Upserts a step: $1 saga, $2 index, $3..$16 the row's columns.
-#define IDEM_UPSERT_STEP_SQL                                                               \
+// Upserts a step: $1 saga, $2 index, $3..$16 the row's columns. A plain
+// UPDATE of the row when it exists (every write but a step's first on an
+// open saga): INSERT ... ON CONFLICT DO UPDATE would first lock the row it
+// conflicts with (a WAL record of its own) and build the whole row to insert
+// before it finds the conflict. The INSERT runs only when the UPDATE found
+// nothing; its ON CONFLICT covers a row inserted since the snapshot.
+#define IDEM_UPDATE_STEP_CTE                                                            \
+  "u AS (UPDATE steps SET step_id = $3, tool = $4, state = $5, attempt = $6,"           \
+  " step_key = $7, args = $8, args_fingerprint = $9, result = $10, external_ref = $11," \
+  " error = $12, comp_attempt = $13, comp_result = $14, updated_ms = $15, phase = $16"  \
+  " WHERE saga_id = $1 AND idx = $2 RETURNING 1) "
+#define IDEM_INSERT_STEP_SQL                                                               \
   "INSERT INTO steps (saga_id, idx, step_id, tool, state, attempt, step_key, args,"        \
   " args_fingerprint, result, external_ref, error, comp_attempt, comp_result, updated_ms," \
-  " phase) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)" \
+  " phase) SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16"   \
+  " WHERE NOT EXISTS (SELECT 1 FROM u)"                                                    \
   " ON CONFLICT (saga_id, idx) DO UPDATE SET"                                              \
   " step_id = excluded.step_id, tool = excluded.tool, state = excluded.state,"             \
   " attempt = excluded.attempt, step_key = excluded.step_key, args = excluded.args,"       \
@@ -147,14 +158,16 @@ constexpr Statement kReleaseFenced = {
   " external_ref = excluded.external_ref, error = excluded.error,"                         \
   " comp_attempt = excluded.comp_attempt, comp_result = excluded.comp_result,"             \
   " updated_ms = excluded.updated_ms, phase = excluded.phase"
-constexpr Statement kUpsertStep = {"upsert_step", IDEM_UPSERT_STEP_SQL};
+constexpr Statement kUpsertStep = {"upsert_step",
+                                   "WITH " IDEM_UPDATE_STEP_CTE IDEM_INSERT_STEP_SQL};
 // kUpsertStep and one journal entry ($17..$20) in one statement. Only the
 // step can conflict (journal.seq is a sequence's).
 constexpr Statement kUpsertStepAndJournal = {
     "upsert_step_and_journal",
     "WITH j AS (INSERT INTO journal (saga_id, step_id, event, data, at_ms)"
-    " VALUES ($1, $17, $18, $19, $20)) " IDEM_UPSERT_STEP_SQL};
-#undef IDEM_UPSERT_STEP_SQL
+    " VALUES ($1, $17, $18, $19, $20)), " IDEM_UPDATE_STEP_CTE IDEM_INSERT_STEP_SQL};
+#undef IDEM_UPDATE_STEP_CTE
+#undef IDEM_INSERT_STEP_SQL
 constexpr Statement kConsumeToken = {
     "consume_token",
     "INSERT INTO consumed_tokens (nonce, saga_id, step_id, at_ms) VALUES ($1, $2, $3, $4)"};
