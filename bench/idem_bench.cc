@@ -1302,7 +1302,7 @@ std::vector<Row> TableRows(const Config& cfg) {
   for (int c : cfg.concurrency) {
     std::string cs = ".c" + std::to_string(c);
     Row r{"sqlite.steps_per_s" + cs, "anchor.sqlite.txn_per_s"};
-    if (c == 1) r = Row{r.fig, r.anchor, GoalKind::kRatioAtLeast, 0.8, ">= 0.8x"};
+    if (c == 1) r = Row{r.fig, r.anchor, GoalKind::kRatioAtLeast, 0.7, ">= 0.7x"};
     if (c == 64) r = Row{r.fig, r.anchor, GoalKind::kRatioAtLeast, 3.0, ">= 3x"};
     add(r);
   }
@@ -1339,14 +1339,13 @@ std::vector<Row> TableRows(const Config& cfg) {
   for (const std::string p : {"pg", "pg.noleases"}) {
     for (int c : cfg.concurrency) {
       std::string cs = ".c" + std::to_string(c);
+      // Issue 17's goals: 0.7x the three-statement rate at C=1, 1.0x at 16
+      // and 64; the 1-row rate at 64 is shown beside, without a goal.
+      const double goal = c == 1 ? 0.7 : 1.0;
       add(Row{p + ".steps_per_s" + cs, "anchor.pg.txn3" + cs + ".txn_per_s",
-              p == "pg" ? GoalKind::kRatioAtLeast : GoalKind::kNone, 1.0,
-              p == "pg" ? ">= 1.0x" : ""});
-      if (c == 64) {
-        add(Row{p + ".steps_per_s" + cs, "anchor.pg.insert1" + cs + ".txn_per_s",
-                p == "pg" ? GoalKind::kRatioAtLeast : GoalKind::kNone, 1.0,
-                p == "pg" ? ">= 1.0x" : ""});
-      }
+              p == "pg" ? GoalKind::kRatioAtLeast : GoalKind::kNone, goal,
+              p == "pg" ? (c == 1 ? ">= 0.7x" : ">= 1.0x") : ""});
+      if (c == 64) add(Row{p + ".steps_per_s" + cs, "anchor.pg.insert1" + cs + ".txn_per_s"});
     }
     for (int c : cfg.concurrency) {
       std::string cs = ".c" + std::to_string(c);
