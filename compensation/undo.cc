@@ -82,7 +82,11 @@ Result<UndoEnd> DriveUndo(SagaRun* run, int index) {
     case StepState::kCompensating: {
       // Found after a crash: the undo may have happened.
       if (info.has_status) {
-        LookupOutcome look = tool->Lookup(key);
+        LookupOutcome look;
+        {
+          SagaRun::OutsideCall outside(run);
+          look = tool->Lookup(key);
+        }
         if (look.kind == LookupKind::kApplied) {
           outcome = ToolOutcome::Succeeded(look.result, look.external_ref);
           IDEM_RETURN_IF_ERROR(d.Fire(StepEvent::kUndone));
@@ -112,7 +116,10 @@ Result<UndoEnd> DriveUndo(SagaRun* run, int index) {
         ToolCall call{comp.tool, key, *args, st.comp_attempt, run->saga_id(), st.step_id, ""};
         IDEM_RETURN_IF_ERROR(run->Flush());
         IDEM_RETURN_IF_ERROR(run->CheckLease());
-        outcome = tool->Invoke(call);
+        {
+          SagaRun::OutsideCall outside(run);
+          outcome = tool->Invoke(call);
+        }
         IDEM_FAILPOINT("compensation.after_call");
         if (outcome.kind == OutcomeKind::kSucceeded) {
           IDEM_RETURN_IF_ERROR(d.Fire(StepEvent::kUndone));
@@ -134,7 +141,10 @@ Result<UndoEnd> DriveUndo(SagaRun* run, int index) {
       }
       case StepCommand::kScheduleUndoRetry: {
         int64_t wait = comp.retry.BackoffMs(st.comp_attempt + 1, *run->rng());
-        run->clock()->SleepMs(wait);
+        {
+          SagaRun::OutsideCall outside(run);
+          run->clock()->SleepMs(wait);
+        }
         ++st.comp_attempt;
         IDEM_RETURN_IF_ERROR(run->CommitStep(d, "compensation_submitted",
                                              {{"attempt", st.comp_attempt},

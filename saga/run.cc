@@ -191,21 +191,32 @@ Status SagaRun::Flush() {
   WriteBatch batch = std::move(staged_);
   staged_ = WriteBatch();
   has_staged_ = false;
-  {
-    std::lock_guard<std::mutex> lock(prefetch_mu_);
-    prefetched_control_.reset();  // read before this write: stale after it
-  }
+  const bool ends_drive = staged_ends_drive_;
+  staged_ends_drive_ = false;
+  DropPrefetchedControl();  // read before this write: stale after it
   batch.saga_id = rec_.summary.saga_id;
   batch.fence_epoch = fence_epoch_;
   if (create_) {
     batch.create = std::move(create_);
     create_.reset();
   }
-  Status committed = store_->Commit(batch);
+  // A write that does not end the drive may be followed by the control
+  // check (saga/drive.cc): the request is read with it where the store can
+  // do that in the same round trip. Not for a write before a call (a
+  // `submitted` or `compensation_submitted`): the call drops what it read.
+  const bool read_back =
+      !batch.create && !ends_drive && !batch.release_lease &&
+      std::none_of(batch.journal.begin(), batch.journal.end(), [](const storage::JournalEntry& e) {
+        return e.event == "submitted" || e.event == "compensation_submitted";
+      });
+  storage::ControlReadback readback;
+  Status committed =
+      read_back ? store_->CommitReadingControl(batch, &readback) : store_->Commit(batch);
   if (!committed.ok()) {
     store_refusal_ = committed;
     return committed;
   }
+  if (readback.read) PrefetchControl(std::move(readback.pending));
   if (batch.create) {
     unborn_ = false;
     // As Submit then Run tell it: the create's entries, the caller, the rest.
@@ -290,6 +301,7 @@ Status SagaRun::CommitSagaState(SagaState next, const std::string& reason, Journ
   b.saga_reason = reason;
   b.journal.push_back(std::move(entry));
   b.release_lease = ends_drive && fence_epoch_ != 0;
+  if (ends_drive) staged_ends_drive_ = true;
   if (durable == Durable::kWithNextFlush) {
     Stage(std::move(b));
     return Status::Ok();

@@ -138,10 +138,17 @@ class SagaRun {
   /// (saga/run_control.cc).
   Result<std::optional<storage::ControlRequest>> PendingControl() const;
   /// What the next PendingControl answers without a read: the request as
-  /// read with the drive's claim (Store::ClaimAndLoad). Used once, and
-  /// dropped by the drive's first write (a read after that is a new one).
+  /// read with the drive's claim (Store::ClaimAndLoad) or with its last
+  /// write (Store::CommitReadingControl, asked by Flush for a write that
+  /// carries no `submitted` and does not end the drive). Used once, only
+  /// within kPrefetchFreshMs of the read, and dropped by the next write, by
+  /// a call to the outside world (OutsideCall) and by SettleControl: the
+  /// check it answers sees every request filed before the drive's last
+  /// write, and nothing outside happened since.
   void PrefetchControl(std::optional<storage::ControlRequest> pending);
-  /// Removes the request once carried out (its state change durable).
+  static constexpr int64_t kPrefetchFreshMs = 50;
+  /// Removes the request once carried out (its state change durable), and
+  /// drops a prefetched answer (it may name the request just removed).
   Status SettleControl(const std::string& request_id) const;
   /// For a resume: whether the saga was rolling back when it was paused
   /// (the journal's last `saga_paused` entry says where it came from).
@@ -257,12 +264,15 @@ class SagaRun {
   std::mutex& branch_mutex() { return branch_mu_; }
   /// Set, under branch_mutex(), while branches run.
   void set_parallel(bool on) { parallel_ = on; }
-  /// Lets branch_mutex() go for its scope while branches run (a tool's
-  /// call, preview or status lookup; a backoff sleep), so the other
-  /// branches' calls overlap it; nothing otherwise.
+  /// Marks a call to the outside world (a tool's call, preview or status
+  /// lookup; a backoff sleep) for its scope: drops a prefetched control
+  /// request (read before the call, it is stale after it), and while
+  /// branches run lets branch_mutex() go, so the other branches' calls
+  /// overlap it.
   class OutsideCall {
    public:
     explicit OutsideCall(SagaRun* run) : run_(run->parallel_ ? run : nullptr) {
+      run->DropPrefetchedControl();
       if (run_ != nullptr) run_->branch_mu_.unlock();
     }
     ~OutsideCall() {
@@ -286,6 +296,7 @@ class SagaRun {
 
  private:
   void Stage(storage::WriteBatch batch);
+  void DropPrefetchedControl() const;
   Status Commit(storage::WriteBatch batch);
   /// A batch with the step's row, its state from the machine (now also the
   /// run's).
@@ -315,6 +326,7 @@ class SagaRun {
   bool taken_over_ = false;
   storage::WriteBatch staged_;  // written to rec_ already, not yet to the store
   bool has_staged_ = false;
+  bool staged_ends_drive_ = false;  // a staged state change ends the drive
   bool released_ = false;
   std::optional<storage::NewSaga> create_;  // recorded by the first Flush
   std::function<void()> on_created_;
@@ -322,6 +334,7 @@ class SagaRun {
   mutable std::mutex prefetch_mu_;
   // GUARDED_BY(prefetch_mu_): set: PendingControl's next answer.
   mutable std::optional<std::optional<storage::ControlRequest>> prefetched_control_;
+  int64_t prefetched_ms_ = 0;  // GUARDED_BY(prefetch_mu_): when it was set
   std::mutex branch_mu_;
   bool parallel_ = false;        // GUARDED_BY(branch_mu_) while branches run
   bool forward_halted_ = false;  // GUARDED_BY(branch_mu_) while branches run

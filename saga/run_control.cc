@@ -19,7 +19,9 @@ Result<std::optional<storage::ControlRequest>> SagaRun::PendingControl() const {
     if (prefetched_control_) {
       std::optional<storage::ControlRequest> pending = std::move(*prefetched_control_);
       prefetched_control_.reset();
-      return pending;
+      // No older than a read of the store's would be under load; older (a
+      // backoff, a lookup, a slow thread came between): read again.
+      if (options_.clock->NowMs() - prefetched_ms_ <= kPrefetchFreshMs) return pending;
     }
   }
   return controls->PendingControl(saga_id());
@@ -28,9 +30,18 @@ Result<std::optional<storage::ControlRequest>> SagaRun::PendingControl() const {
 void SagaRun::PrefetchControl(std::optional<storage::ControlRequest> pending) {
   std::lock_guard<std::mutex> lock(prefetch_mu_);
   prefetched_control_ = std::move(pending);
+  prefetched_ms_ = options_.clock->NowMs();
+}
+
+void SagaRun::DropPrefetchedControl() const {
+  std::lock_guard<std::mutex> lock(prefetch_mu_);
+  prefetched_control_.reset();
 }
 
 Status SagaRun::SettleControl(const std::string& request_id) const {
+  // A request read before it was carried out (with the write of its state
+  // change) is gone once settled: the next check reads again.
+  DropPrefetchedControl();
   storage::ControlStore* controls = store_->Controls();
   return controls == nullptr ? Status::Ok() : controls->SettleControl(saga_id(), request_id);
 }

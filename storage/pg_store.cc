@@ -307,15 +307,16 @@ constexpr Statement kInsertOpenCall = {
     "insert_open_call",
     "INSERT INTO open_calls (saga_id, call_id, step_idx, created_ms) VALUES ($1, $2, $3, $4)"};
 
-// ClaimAndLoad's reads, in its pipeline (the same SQL as the reads run
-// through pqxx, under names of their own).
+// Reads in a write's pipeline (the same SQL as the reads run through pqxx,
+// under names of their own): ClaimAndLoad's saga, and the control request
+// read by ClaimAndLoad and CommitReadingControl.
 constexpr Statement kClaimedSaga = {"claimed_saga", kSelectSagaWithSteps.sql};
-constexpr Statement kClaimedControl = {"claimed_control", kReadControl.sql};
+constexpr Statement kPipedControl = {"piped_control", kReadControl.sql};
 
 // Run through libpq pipelines (see Pipe), prepared at a connection's first write.
 constexpr std::array kWriteStatements = {
     kClaimedSaga,
-    kClaimedControl,
+    kPipedControl,
     kSagaExists,
     kLockSaga,
     kSagaEpoch,
@@ -647,6 +648,16 @@ ControlRequest ReadControl(const std::string& saga_id, const std::string& reques
   r.reason = reason;
   r.requested_ms = requested_ms;
   return r;
+}
+
+// What kPipedControl's reply says, into `out` (nothing read if it failed:
+// skipped after an error in its pipeline).
+void ReadBack(const std::string& saga_id, const Reply& r, ControlReadback* out) {
+  if (!r.ok()) return;
+  out->read = true;
+  if (r.rows() == 0) return;
+  out->pending =
+      ReadControl(saga_id, r.text(0, 1), r.text(0, 2), r.text(0, 3), r.text(0, 4), r.i64(0, 5));
 }
 
 // The saga `saga_id` from the rows of kSelectSagaWithSteps (at least one:
@@ -1781,13 +1792,20 @@ int64_t HeadTxid(const std::vector<Reply>& got, const BatchPlan& plan) {
 // and, for a fence, the saga's epoch read for the status.
 Result<bool> ApplyBatch(WriteTx& tx, const WriteBatch& batch, int64_t updated_ms,
                         int64_t consumed_ms, int64_t* txid, const std::vector<const char*>& prefix,
-                        const std::vector<const char*>& undo, bool* undone) {
+                        const std::vector<const char*>& undo, bool* undone,
+                        ControlReadback* control = nullptr) {
   *undone = false;
   Pipe p(tx);
   for (const char* sql : prefix) p.AddSql(sql);
   const size_t first = prefix.size();
   BatchPlan plan = AddBatch(p, batch, updated_ms, consumed_ms);
+  if (control != nullptr) p.Add(kPipedControl, batch.saga_id);
   std::vector<Reply> got = p.Run();
+  Reply control_reply;  // the last reply, taken out of the batch's
+  if (control != nullptr) {
+    control_reply = std::move(got.back());
+    got.pop_back();
+  }
   ThrowIfPrefixFailed(tx, p, got, first);
   int64_t epoch = -1;
   if (!HeadPassed(tx, p, got, plan, batch, &epoch)) {
@@ -1815,7 +1833,9 @@ Result<bool> ApplyBatch(WriteTx& tx, const WriteBatch& batch, int64_t updated_ms
   *txid = HeadTxid(got, plan);
   // The first error of the rest is the batch's (the statements after it were
   // skipped).
-  return RowsOutcome(tx, p, got, plan.head + 1, plan.kinds, batch);
+  Result<bool> rows = RowsOutcome(tx, p, got, plan.head + 1, plan.kinds, batch);
+  if (rows.ok() && control != nullptr) ReadBack(batch.saga_id, control_reply, control);
+  return rows;
 }
 
 // Writes a whole group in one round trip, without savepoints, betting that
@@ -1826,12 +1846,18 @@ Result<bool> ApplyBatch(WriteTx& tx, const WriteBatch& batch, int64_t updated_ms
 // batch, each in its savepoint, which tells each batch its own status.
 // Contention and a lost connection are thrown, as everywhere.
 bool ApplyGroupInOnePipeline(WriteTx& tx, const std::vector<const WriteBatch*>& batches,
-                             const std::vector<std::pair<int64_t, int64_t>>& times, int64_t* txid) {
+                             const std::vector<std::pair<int64_t, int64_t>>& times,
+                             const std::vector<ControlReadback*>& controls, int64_t* txid) {
   Pipe p(tx);
   std::vector<BatchPlan> plans;
   plans.reserve(batches.size());
   for (size_t i = 0; i < batches.size(); ++i) {
     plans.push_back(AddBatch(p, *batches[i], times[i].first, times[i].second));
+  }
+  // The control reads last, after every write of the group.
+  std::vector<std::pair<size_t, size_t>> reads;  // (batch, reply)
+  for (size_t i = 0; i < batches.size(); ++i) {
+    if (controls[i] != nullptr) reads.emplace_back(i, p.Add(kPipedControl, batches[i]->saga_id));
   }
   std::vector<Reply> got = p.Run();
   bool clean = true;
@@ -1849,6 +1875,7 @@ bool ApplyGroupInOnePipeline(WriteTx& tx, const std::vector<const WriteBatch*>& 
   }
   if (clean) {
     *txid = HeadTxid(got, plans.front());
+    for (const auto& [i, at] : reads) ReadBack(batches[i]->saga_id, got[at], controls[i]);
     return true;
   }
   if (!RollbackRaw(tx.raw())) ThrowBroken(tx.raw(), "ROLLBACK");
@@ -1861,12 +1888,20 @@ bool ApplyGroupInOnePipeline(WriteTx& tx, const std::vector<const WriteBatch*>& 
 /// One Commit call waiting in (or led through) group_commit_.
 struct PgStore::PendingCommit {
   const WriteBatch* batch = nullptr;
+  ControlReadback* control = nullptr;  // CommitReadingControl's; else nullptr
   int64_t updated_ms = 0;
   int64_t consumed_ms = 0;
   Status status;
 };
 
-Status PgStore::Commit(const WriteBatch& batch) {
+Status PgStore::Commit(const WriteBatch& batch) { return CommitReadingControl(batch, nullptr); }
+
+// `out` nullptr: Commit's call, nothing to read.
+Status PgStore::CommitReadingControl(const WriteBatch& batch, ControlReadback* out) {
+  if (out != nullptr) {
+    out->read = false;
+    out->pending.reset();
+  }
   IDEM_RETURN_IF_ERROR(ValidateWriteBatch(batch));
   if (batch.create) IDEM_RETURN_IF_ERROR(CheckNewSagaTexts(*batch.create));
   IDEM_RETURN_IF_ERROR(CheckText(batch.saga_id, "Commit: saga_id"));
@@ -1907,10 +1942,12 @@ Status PgStore::Commit(const WriteBatch& batch) {
 
   PendingCommit me;
   me.batch = &batch;
+  me.control = out;
   for (const JournalEntry& e : batch.journal) me.updated_ms = std::max(me.updated_ms, e.at_ms);
   if (batch.saga_state.has_value() && me.updated_ms <= 0) me.updated_ms = clock_->NowMs();
   me.consumed_ms = batch.consume_token.empty() ? 0 : clock_->NowMs();
   group_commit_.Submit(&me);
+  if (!me.status.ok() && out != nullptr) *out = ControlReadback();  // read only with a commit
   return me.status;
 }
 
@@ -1929,8 +1966,9 @@ void PgStore::CommitGroup(std::vector<PendingCommit*> group) {
         Run<bool>(op, Access::kWrite, [&](WriteTx& tx, WriteNote* note) -> Result<bool> {
           counters.commit_transactions.fetch_add(1);
           bool undone = false;
+          if (p.control != nullptr) *p.control = ControlReadback();  // a run again reads again
           Result<bool> r = ApplyBatch(tx, *p.batch, p.updated_ms, p.consumed_ms, &note->txid,
-                                      kNoPrefix, kRollback, &undone);
+                                      kNoPrefix, kRollback, &undone, p.control);
           if (undone) tx.MarkEnded();
           return r;
         });
@@ -1960,11 +1998,15 @@ void PgStore::CommitGroup(std::vector<PendingCommit*> group) {
           // The usual case first: every batch goes through, in one round trip.
           std::vector<const WriteBatch*> batches;
           std::vector<std::pair<int64_t, int64_t>> times;
-          for (const PendingCommit* p : group) {
+          std::vector<ControlReadback*> controls;
+          for (PendingCommit* p : group) {
             batches.push_back(p->batch);
             times.emplace_back(p->updated_ms, p->consumed_ms);
+            // A run again reads again; the fallback below reads nothing.
+            if (p->control != nullptr) *p->control = ControlReadback();
+            controls.push_back(p->control);
           }
-          if (ApplyGroupInOnePipeline(tx, batches, times, &note->txid)) {
+          if (ApplyGroupInOnePipeline(tx, batches, times, controls, &note->txid)) {
             statuses.assign(group.size(), Status::Ok());
             return statuses;
           }
@@ -2179,7 +2221,7 @@ Result<ClaimedSaga> PgStore::ClaimAndLoad(const std::string& saga_id, const std:
                             Pipe p(tx, Pipe::Mode::kImplicit);
                             p.Add(kClaimSaga, saga_id, owner, lease_ms);
                             p.Add(kClaimedSaga, saga_id);
-                            p.Add(kClaimedControl, saga_id);
+                            p.Add(kPipedControl, saga_id);
                             std::vector<Reply> got = p.Run();
                             ThrowFirstError(p, tx.raw(), got);
                             const Reply& claim = got[0];

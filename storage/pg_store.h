@@ -208,6 +208,10 @@ class PgStore : public Store, public KeyRecordStore, public SpecStore, public Co
   /// pipelined in one implicit transaction (committed by the pipeline's
   /// Sync). A lost answer is retried once on a new connection: the claim by
   /// the same owner is taken again at a higher epoch.
+  /// The control request is read by one more statement in the batch's
+  /// pipeline (its group's, under group commit); not read when the group
+  /// falls back to a savepoint per batch.
+  Status CommitReadingControl(const WriteBatch& batch, ControlReadback* out) override;
   Result<ClaimedSaga> ClaimAndLoad(const std::string& saga_id, const std::string& owner,
                                    int64_t lease_ms) override;
   Status RenewLease(const Lease& lease, int64_t lease_ms) override;

@@ -37,6 +37,12 @@ Result<ClaimedSaga> Store::ClaimAndLoad(const std::string& saga_id, const std::s
   return out;
 }
 
+Status Store::CommitReadingControl(const WriteBatch& batch, ControlReadback* out) {
+  out->read = false;
+  out->pending.reset();
+  return Commit(batch);
+}
+
 Result<StoreGauges> Store::ReadGauges(const GaugeQuery&) {
   return Status::FailedPrecondition("this store does not count gauges");
 }

@@ -233,6 +233,12 @@ struct Lease {
   int64_t expires_ms = 0;  ///< in the store's clock
 };
 
+/// What Store::CommitReadingControl read with the batch.
+struct ControlReadback {
+  bool read = false;  ///< false: nothing was read (ask PendingControl)
+  std::optional<ControlRequest> pending;
+};
+
 /// What Store::ClaimAndLoad answers: the lease taken, the saga as LoadSaga
 /// reads it with that lease held, and its pending control request.
 struct ClaimedSaga {
@@ -321,6 +327,14 @@ class Store {
   /// Writes the batch in one transaction. kNotFound if the saga is absent;
   /// kConflict if an effect key is already recorded (nothing is written).
   virtual Status Commit(const WriteBatch& batch) = 0;
+
+  /// Commit, and where the store can do it in the same round trip, the
+  /// saga's pending control request (ControlStore::PendingControl) read in
+  /// the batch's transaction after its writes: `out->read` says whether it
+  /// was (set only when the commit succeeded). For a drive whose next step
+  /// is the control check (saga/run.h, PrefetchControl). The default
+  /// commits and reads nothing; PgStore reads in the batch's pipeline.
+  virtual Status CommitReadingControl(const WriteBatch& batch, ControlReadback* out);
 
   /// Summaries, newest first.
   virtual Result<std::vector<SagaSummary>> ListSagas(const SagaFilter& filter) = 0;

@@ -7,6 +7,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -15,6 +16,7 @@
 #include "preview_commit/phase.h"
 #include "preview_commit/token.h"
 #include "saga/engine.h"
+#include "saga/run.h"
 #include "saga/spec.h"
 #include "storage/control_store.h"
 #include "storage/store.h"
@@ -189,6 +191,87 @@ TEST_P(ControlTest, ACancelRecordedByOneEngineIsHonouredByTheEngineDrivingTheSag
   EXPECT_EQ(Calls(done->steps[1].step_key), 0) << "the second step never ran";
   EXPECT_FALSE(HasPendingRequest(id)) << "settled once carried out";
   EXPECT_EQ(Events(id, "cancel_requested"), 1);
+}
+
+// The check between steps after a resent call: the resend's outcome is
+// written at once, and on PostgreSQL the request is read with that write
+// (Store::CommitReadingControl). A cancel filed while the resend was in
+// flight is seen there, before the next step begins.
+TEST_P(ControlTest, ACancelFiledDuringAResentCallIsCarriedOutBeforeTheNextStep) {
+  std::atomic<int> calls{0};
+  AddTool("flaky.do", true, [this, &calls](const ToolCall& c) {
+    if (calls.fetch_add(1) == 0) return ToolOutcome::Unknown("timed out");
+    entered_ = true;  // the resend, with the same key
+    while (!release_.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    return ToolOutcome::Succeeded({{"ref", "flaky:" + c.key}});
+  });
+  Engine a(store_.get(), &tools_, Options("engine-a"));
+  Engine b(store_.get(), &tools_, Options("engine-b"));
+  const std::string id = Submit(a, Spec("flaky.do", "a.do"));
+  Result<storage::SagaRecord> done = Status::Internal("not run");
+  std::thread driver([&] { done = a.Run(id); });
+  ASSERT_NO_FATAL_FAILURE(AwaitLatch());
+  auto out = b.Cancel(id, ControlRequest{"ops", "during the resend", true});
+  release_ = true;
+  driver.join();
+  ASSERT_TRUE(out.ok()) << out.status().ToString();
+  EXPECT_TRUE(out->pending);
+  ASSERT_TRUE(done.ok()) << done.status().ToString();
+  EXPECT_EQ(2, calls.load()) << "the call and its resend";
+  EXPECT_EQ(done->summary.state, "compensated");
+  EXPECT_EQ(done->summary.reason, "during the resend");
+  EXPECT_EQ(done->steps[0].state, "compensated");
+  EXPECT_EQ(Calls(done->steps[0].step_key), 2) << "both with the step's key";
+  EXPECT_EQ(Calls(done->steps[1].step_key), 0) << "the second step never ran";
+  EXPECT_FALSE(HasPendingRequest(id));
+  EXPECT_EQ(Events(id, "cancel_requested"), 1);
+}
+
+// A request read ahead (with the claim or the last write) answers the next
+// check only while fresh (SagaRun::kPrefetchFreshMs) and only until it is
+// settled; then the check reads the store again.
+TEST_P(ControlTest, APrefetchedRequestAnswersOnlyWhileFreshUntilACallOrASettle) {
+  Engine a(store_.get(), &tools_, Options("engine-a"));
+  const SagaSpec spec = Spec("a.do", "a.do");
+  const std::string id = Submit(a, spec);
+  auto loaded = store_->LoadSaga(id);
+  ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
+  auto typed = LoadedSaga::From(*loaded);
+  ASSERT_TRUE(typed.ok()) << typed.status().ToString();
+  const EngineOptions options = Options("engine-a");  // the run keeps a pointer to it
+  SagaRun run(store_.get(), &tools_, options, std::move(*typed), spec);
+  ASSERT_TRUE(a.Pause(id, By("ops", /*drive=*/false)).ok());
+
+  // Read ahead before the pause was filed: none, while fresh.
+  run.PrefetchControl(std::nullopt);
+  clock_.AdvanceMs(SagaRun::kPrefetchFreshMs);
+  auto first = run.PendingControl();
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  EXPECT_FALSE(first->has_value()) << "fresh: the read ahead answers";
+  auto second = run.PendingControl();
+  ASSERT_TRUE(second.ok()) << second.status().ToString();
+  EXPECT_TRUE(second->has_value()) << "used once: the next check reads the store";
+
+  run.PrefetchControl(std::nullopt);
+  clock_.AdvanceMs(SagaRun::kPrefetchFreshMs + 1);
+  auto stale = run.PendingControl();
+  ASSERT_TRUE(stale.ok()) << stale.status().ToString();
+  ASSERT_TRUE(stale->has_value()) << "older than kPrefetchFreshMs: read again";
+
+  // A call to the outside world drops it, however fresh: a request filed
+  // during the call is seen by the check after it.
+  run.PrefetchControl(std::nullopt);
+  { SagaRun::OutsideCall call(&run); }
+  auto after_call = run.PendingControl();
+  ASSERT_TRUE(after_call.ok()) << after_call.status().ToString();
+  EXPECT_TRUE(after_call->has_value()) << "read ahead before the call: read again after it";
+
+  // Settling the request drops a read ahead that still names it.
+  run.PrefetchControl(*stale);
+  ASSERT_TRUE(run.SettleControl((*stale)->request_id).ok());
+  auto settled = run.PendingControl();
+  ASSERT_TRUE(settled.ok()) << settled.status().ToString();
+  EXPECT_FALSE(settled->has_value()) << "the settled request is gone from the store";
 }
 
 TEST_P(ControlTest, PauseStopsBetweenStepsHoldsNoLeaseNothingMovesItAndResumeCompletes) {

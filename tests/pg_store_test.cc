@@ -1432,6 +1432,112 @@ TEST(PgStoreTest, ACleanGroupIsWrittenInOneRoundTrip) {
   }
 }
 
+// CommitReadingControl on PostgreSQL: the control request is read by one more
+// statement of the write's own pipeline, alone or in a clean group (one
+// transaction for the group, no fallback), after the writes; a group that
+// falls back to a savepoint per batch reads nothing, and a refused batch
+// reads nothing.
+TEST(PgStoreTest, CommitReadingControlReadsInTheWritesPipeline) {
+  PgTestDatabase db;
+  ASSERT_DB_OK(db);
+  constexpr int kSagas = 12;
+  std::atomic<bool> armed{false};
+  std::atomic<int> hook_calls{0};
+  PgStore* raw_store = nullptr;
+  PgOptions options;
+  options.url = db.Url();
+  options.group_commit_leaders = 1;  // every batch queues behind the lead one
+  options.before_commit_hook = [&](int) {
+    if (!armed.load() || hook_calls.fetch_add(1) != 0) return;
+    for (int i = 0; i < 10'000 && raw_store->Stats().commits_queued < kSagas; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  };
+  std::unique_ptr<PgStore> store = MustOpen(options);
+  ASSERT_NE(store, nullptr);
+  raw_store = store.get();
+  auto id = [](int t) { return "saga-" + std::to_string(t); };
+  STORE_ASSERT_OK(store->CreateIntent(MakeSaga("lead", "intent-lead")));
+  for (int t = 0; t < kSagas; ++t) {
+    STORE_ASSERT_OK(store->CreateIntent(MakeSaga(id(t), "intent-" + id(t))));
+    if (t % 2 == 0) {
+      STORE_ASSERT_OK(store->RequestControl(
+          conformance::MakeControl(id(t), "pause", "rq-" + std::to_string(t), 100 + t)));
+    }
+  }
+
+  // Alone: the lead batch's saga has no request; saga-0's is read.
+  ControlReadback alone;
+  STORE_ASSERT_OK(store->CommitReadingControl(Batch("lead", "alone", 1), &alone));
+  EXPECT_TRUE(alone.read);
+  EXPECT_FALSE(alone.pending.has_value());
+  STORE_ASSERT_OK(store->CommitReadingControl(Batch(id(0), "alone", 1), &alone));
+  EXPECT_TRUE(alone.read);
+  ASSERT_TRUE(alone.pending.has_value());
+  EXPECT_EQ("rq-0", alone.pending->request_id);
+
+  // A clean group: every batch's request read with it.
+  auto run_group = [&](const std::string& tag, int refused, std::vector<Status>* results,
+                       std::vector<ControlReadback>* backs) {
+    hook_calls = 0;
+    armed = true;
+    Status lead;
+    std::thread leader([&] { lead = store->Commit(Batch("lead", tag, 1)); });
+    while (hook_calls.load() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    std::vector<std::thread> threads;
+    for (int t = 0; t < kSagas; ++t) {
+      threads.emplace_back([&, t] {
+        WriteBatch b = Batch(id(t), tag, 2);
+        if (t == refused) b.fence_epoch = 99;  // no lease was ever taken: refused
+        (*backs)[t].read = true;               // stale: the call sets it
+        (*results)[t] = store->CommitReadingControl(b, &(*backs)[t]);
+      });
+    }
+    for (std::thread& th : threads) th.join();
+    leader.join();
+    armed = false;
+    STORE_EXPECT_OK(lead);
+  };
+  PgStats before = store->Stats();
+  std::vector<Status> results(kSagas);
+  std::vector<ControlReadback> backs(kSagas);
+  run_group("clean", -1, &results, &backs);
+  EXPECT_EQ(kSagas, store->Stats().largest_group);
+  EXPECT_EQ(0, store->Stats().group_fallbacks - before.group_fallbacks);
+  // The lead batch's transaction, then the group's.
+  EXPECT_EQ(2, store->Stats().commit_transactions - before.commit_transactions);
+  for (int t = 0; t < kSagas; ++t) {
+    SCOPED_TRACE(id(t));
+    STORE_EXPECT_OK(results[t]);
+    EXPECT_EQ(2, CountEvents(*store, id(t), "clean"));
+    EXPECT_TRUE(backs[t].read);
+    ASSERT_EQ(t % 2 == 0, backs[t].pending.has_value());
+    if (t % 2 == 0) {
+      EXPECT_EQ("rq-" + std::to_string(t), backs[t].pending->request_id);
+      EXPECT_EQ("pause", backs[t].pending->kind);
+      EXPECT_EQ(100 + t, backs[t].pending->requested_ms);
+    }
+  }
+
+  // A group with a refused batch falls back: each batch is told its own
+  // status, and nothing is read.
+  before = store->Stats();
+  run_group("mixed", 5, &results, &backs);
+  EXPECT_EQ(1, store->Stats().group_fallbacks - before.group_fallbacks);
+  for (int t = 0; t < kSagas; ++t) {
+    SCOPED_TRACE(id(t));
+    if (t == 5) {
+      EXPECT_EQ(Code::kAborted, results[t].code()) << results[t].ToString();
+      EXPECT_EQ(0, CountEvents(*store, id(t), "mixed"));
+    } else {
+      STORE_EXPECT_OK(results[t]);
+      EXPECT_EQ(2, CountEvents(*store, id(t), "mixed"));
+    }
+    EXPECT_FALSE(backs[t].read);
+    EXPECT_FALSE(backs[t].pending.has_value());
+  }
+}
+
 TEST(PgStoreTest, GroupCommitCanBeSwitchedOff) {
   PgTestDatabase db;
   ASSERT_DB_OK(db);

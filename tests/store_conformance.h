@@ -1848,6 +1848,69 @@ TYPED_TEST_P(StoreConformanceTest, ClaimAndLoadAnswersWhatClaimLoadAndPendingCon
   EXPECT_EQ(Code::kInvalidArgument, this->store().ClaimAndLoad("saga-1", "w1", 0).status().code());
 }
 
+// A write that reads the saga's control request with it (the drive's write
+// before its check between steps): the write lands as Commit's would, and
+// what was read, where the store reads, is what PendingControl answers after
+// it. A refused write reads nothing and writes nothing.
+TYPED_TEST_P(StoreConformanceTest, CommitReadingControlWritesAndReadsWhatPendingControlWould) {
+  ControlStore* controls = this->store().Controls();
+  ASSERT_NE(controls, nullptr);
+  STORE_ASSERT_OK(this->store().CreateIntent(MakeSaga("saga-1", "intent-1")));
+  STORE_ASSERT_OK(this->store().CreateIntent(MakeSaga("saga-2", "intent-2")));
+  STORE_ASSERT_OK(controls->RequestControl(MakeControl("saga-2", "cancel", "rq-1", 2000)));
+  Result<Lease> lease = this->store().ClaimSaga("saga-2", "w1", 60'000);
+  STORE_ASSERT_OK(lease);
+
+  for (const std::string id : {"saga-1", "saga-2"}) {
+    SCOPED_TRACE(id);
+    WriteBatch b;
+    b.saga_id = id;
+    b.saga_state = "running";
+    b.journal = {MakeEntry(id, "step0", "succeeded", 3000, Json{{"ok", true}})};
+    b.effects = {MakeEffect(id, "step0", "key-" + id, 3000)};
+    if (id == "saga-2") b.fence_epoch = lease->epoch;
+    ControlReadback back;
+    back.read = true;  // stale from an earlier use: the call sets it
+    back.pending = MakeControl(id, "pause", "stale", 1);
+    STORE_ASSERT_OK(this->store().CommitReadingControl(b, &back));
+    Result<SagaRecord> rec = this->store().LoadSaga(id);
+    STORE_ASSERT_OK(rec);
+    EXPECT_EQ("running", rec->summary.state);
+    Result<std::vector<EffectRecord>> effects = this->store().ListEffects(id);
+    STORE_ASSERT_OK(effects);
+    EXPECT_EQ(1u, effects->size());
+    Result<std::optional<ControlRequest>> now = controls->PendingControl(id);
+    STORE_ASSERT_OK(now);
+    if (back.read) {
+      ASSERT_EQ(now->has_value(), back.pending.has_value());
+      if (back.pending.has_value()) {
+        EXPECT_EQ((*now)->request_id, back.pending->request_id);
+        EXPECT_EQ("cancel", back.pending->kind);
+        EXPECT_EQ("ops", back.pending->by);
+        EXPECT_EQ("reason of rq-1", back.pending->reason);
+        EXPECT_EQ(2000, back.pending->requested_ms);
+      }
+    } else {
+      EXPECT_FALSE(back.pending.has_value()) << "nothing read, nothing answered";
+    }
+  }
+
+  // Fenced on an epoch the saga has left: refused, nothing read or written.
+  WriteBatch stale;
+  stale.saga_id = "saga-2";
+  stale.fence_epoch = lease->epoch + 1;
+  stale.journal = {MakeEntry("saga-2", "step1", "stale", 4000)};
+  ControlReadback back;
+  back.read = true;
+  back.pending = MakeControl("saga-2", "pause", "stale", 1);
+  EXPECT_EQ(Code::kAborted, this->store().CommitReadingControl(stale, &back).code());
+  EXPECT_FALSE(back.read);
+  EXPECT_FALSE(back.pending.has_value());
+  Result<std::vector<JournalEntry>> journal = this->store().ReadJournal("saga-2");
+  STORE_ASSERT_OK(journal);
+  for (const JournalEntry& e : *journal) EXPECT_NE("stale", e.event);
+}
+
 TYPED_TEST_P(StoreConformanceTest, ControlRequestsFollowOneRuleAndSurviveReopen) {
   ASSERT_NE(this->store().Controls(), nullptr);
   STORE_ASSERT_OK(this->store().CreateIntent(MakeSaga("saga-1", "intent-1")));
@@ -2302,6 +2365,7 @@ TYPED_TEST_P(StoreConformanceTest, PruneDryRunWritesNothingAndBatchesAreBounded)
 REGISTER_TYPED_TEST_SUITE_P(
     StoreConformanceTest, CreateIntentCreatesSaga,
     ClaimAndLoadAnswersWhatClaimLoadAndPendingControlWould,
+    CommitReadingControlWritesAndReadsWhatPendingControlWould,
     ABatchCreatesItsSagaWithItsFirstWriteInOneTransaction,
     ABatchThatCreatesASubmittedIntentKeyWritesNothing,
     ABatchThatCreatesItsSagaIsCheckedBeforeAnythingIsWritten,
