@@ -101,7 +101,16 @@ Json CallStep(const std::string& step_id, const ToolInfo& info, const Json& args
     step["reason"] = p.no_compensation_reason;
   }
   if (p.two_phase) step["two_phase"] = true;
-  if (p.human_approval) step["approval"] = "human";
+  if (p.human_approval) {
+    step["approval"] = "human";
+  } else if (!p.no_approval_reason.empty()) {
+    // One "reason" says why there is no compensation and why nobody approves.
+    step["approval"] = "none";
+    const std::string said = step.value("reason", "");
+    step["reason"] = said.empty() || said == p.no_approval_reason
+                         ? p.no_approval_reason
+                         : said + "; " + p.no_approval_reason;
+  }
   return step;
 }
 
@@ -342,6 +351,12 @@ Status CheckOpenTool(const ToolRegistry& tools, const std::string& name, const s
   }
   if (p.two_phase && !info.has_preview) {
     return Bad(where, "tool " + Quoted(name) + " is two-phase but offers no preview");
+  }
+  if (info.effect == EffectClass::kIrreversible && !(p.two_phase && p.human_approval) &&
+      p.no_approval_reason.empty()) {
+    return Bad(where, "tool " + Quoted(name) +
+                          " is irreversible: make its registry entry two_phase with \"approval\": "
+                          "\"human\", or say \"approval\": \"none\" with a \"reason\"");
   }
   return Status::Ok();
 }

@@ -164,7 +164,9 @@ Result<SagaSpec> ParseStoredPlan(const Json& doc, const ToolRegistry& tools);
 
 /// May an open saga use `tool`? Known, and for a write or irreversible tool
 /// a compensation or an explicit `"compensate": null` with a reason in the
-/// registry (ToolInfo::open). kInvalidArgument naming `where`.
+/// registry (ToolInfo::open); an irreversible tool also two-phase with a
+/// person's approval, or `"approval": "none"` with a reason, as a spec step
+/// must be. kInvalidArgument naming `where`.
 Status CheckOpenTool(const ToolRegistry& tools, const std::string& tool, const std::string& where);
 
 /// An open saga in state `open` whose idle timeout has passed at `now_ms`.

@@ -631,6 +631,29 @@ Status ApplyTwoPhase(const Json& s, const ToolInfo& tool, const std::string& pat
   return Status::Ok();
 }
 
+bool IsBlank(const std::string& s) { return s.find_first_not_of(" \t\r\n") == std::string::npos; }
+
+/// An irreversible step cannot be undone, so a person or a policy approves
+/// it before it happens (two-phase, "approval" human or a policy), unless
+/// the step itself says "approval": "none" and why ("reason").
+Status CheckIrreversible(const Json& s, const std::string& path, StepSpec* step) {
+  if (step->effect != EffectClass::kIrreversible) return Status::Ok();
+  if (step->two_phase && step->approval != Approval::kNone) return Status::Ok();
+  if (!s.contains("approval") || s["approval"] != "none") {
+    return Error(path, "tool " + Quote(step->tool) +
+                           R"( is irreversible: make the step two_phase with an approval, or say )"
+                           R"("approval": "none" with a "reason")");
+  }
+  auto reason = s.find("reason");
+  if (reason == s.end() || !reason->is_string() || IsBlank(reason->get_ref<const std::string&>())) {
+    return Error(path + ".reason", "tool " + Quote(step->tool) +
+                                       R"( is irreversible and "approval" is "none": say why )"
+                                       "no person approves it");
+  }
+  step->no_approval_reason = reason->get<std::string>();
+  return Status::Ok();
+}
+
 /// Applies a "retry" object over `policy` and checks the bounds.
 Status ApplyRetry(const Json& retry, int cap, const std::string& cap_owner, const std::string& path,
                   RetryPolicy* policy) {
@@ -676,8 +699,6 @@ Status ApplyRetry(const Json& retry, int cap, const std::string& cap_owner, cons
   }
   return Status::Ok();
 }
-
-bool IsBlank(const std::string& s) { return s.find_first_not_of(" \t\r\n") == std::string::npos; }
 
 /// The checks the schema cannot express. `doc` has passed the schema.
 Result<SagaSpec> Build(const Json& doc, const ToolRegistry& tools) {
@@ -767,6 +788,7 @@ Result<SagaSpec> Build(const Json& doc, const ToolRegistry& tools) {
     }
     IDEM_RETURN_IF_ERROR(
         ApplyTwoPhase(s, tool->info(), path, doc.value("approval", Json("none")), &step));
+    IDEM_RETURN_IF_ERROR(CheckIrreversible(s, path, &step));
     if (s.contains("key")) {
       IDEM_RETURN_IF_ERROR(CheckTemplates(s["key"], scope, path + ".key"));
       IDEM_RETURN_IF_ERROR(ParseStepKey(s["key"], path + ".key", &step));

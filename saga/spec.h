@@ -87,6 +87,10 @@ struct StepSpec {
   RetryPolicy retry;                         ///< class default or the spec's override
   std::optional<CompensationSpec> compensate;
   std::string no_compensation_reason;  ///< when "compensate": null
+  /// An irreversible step that says "approval": "none": why no person
+  /// approves it (its "reason"). An irreversible step is otherwise
+  /// two-phase with an approval by a person or a policy.
+  std::string no_approval_reason;
   /// "key": the idempotency key's template over the input
   /// ("charge:${input.order_id}", saga/step_key.h); empty: `<saga id>/<step id>`.
   std::string key_template;

@@ -1166,12 +1166,35 @@ TEST_F(TwoPhaseTest, IrreversibleToolWithAPreviewIsAlwaysTwoPhase) {
                  {"tool", "mail.send"},
                  {"args", {{"to", "ana"}}},
                  {"compensate", nullptr},
-                 {"reason", "a sent email cannot be unsent"}}}}};
+                 {"reason", "a sent email cannot be unsent"},
+                 {"approval", "none"}}}}};
   auto spec = ParseSpec(doc, tools_);
   ASSERT_OK(spec);
   EXPECT_TRUE(spec->steps[0].two_phase);
   auto rec = SubmitAndRun(*spec);
   EXPECT_EQ(rec.summary.state, "succeeded");
+  EXPECT_EQ(provider_.previews["mail.send"], 1);
+}
+
+// An irreversible step is approved before it happens: a person (or a
+// policy) approves its commit, or the step says nobody does and why. A
+// one-phase commit that nobody approves, unsaid, is refused by the checker.
+TEST_F(TwoPhaseTest, AnIrreversibleStepNeedsAnApprovalOrASaidNone) {
+  Json step = {{"id", "send"},
+               {"tool", "mail.send"},
+               {"args", {{"to", "ana"}}},
+               {"compensate", nullptr},
+               {"reason", "a sent email cannot be unsent"}};
+  auto unsaid = ParseSpec(Json{{"name", "mail"}, {"steps", {step}}}, tools_);
+  ASSERT_FALSE(unsaid.ok());
+  EXPECT_EQ(unsaid.status().message(),
+            "steps[0]: tool \"mail.send\" is irreversible: make the step two_phase with an "
+            "approval, or say \"approval\": \"none\" with a \"reason\"");
+  step["approval"] = "human";
+  auto human = ParseSpec(Json{{"name", "mail"}, {"steps", {step}}}, tools_);
+  ASSERT_OK(human);
+  auto rec = SubmitAndRun(*human);
+  EXPECT_EQ(rec.summary.state, "awaiting_approval") << "a person approves the send first";
   EXPECT_EQ(provider_.previews["mail.send"], 1);
 }
 

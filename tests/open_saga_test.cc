@@ -281,6 +281,40 @@ TEST_P(OpenSagaTest, AToolNotInTheListIsRefusedAndAnUncompensatedWriteCannotBeLi
   EXPECT_THAT(e.Begin(br), test::StatusIs(Code::kInvalidArgument, "unknown tool \"nope\""));
 }
 
+// An irreversible tool is approved before it happens, as a spec step must
+// be: two-phase with a person, or "approval": "none" with a reason said in
+// its registry entry; otherwise an open saga cannot list it.
+TEST_P(OpenSagaTest, AnIrreversibleToolNeedsAnApprovalOrASaidNoneToBeListed) {
+  Engine e(store_.get(), &tools_, Options());
+  ToolInfo unsaid = Info("sms.send", EffectClass::kIrreversible);
+  unsaid.open.no_compensation_reason = "a text message cannot be unsent";
+  Add(unsaid, [this](const ToolCall& c) {
+    return ToolOutcome::Succeeded({{"n", Effect("sms", c)}});
+  });
+  ToolInfo said = Info("fax.send", EffectClass::kIrreversible);
+  said.open.no_compensation_reason = "a fax cannot be unsent";
+  said.open.no_approval_reason = "the customer asked for it";
+  Add(said, [this](const ToolCall& c) {
+    return ToolOutcome::Succeeded({{"n", Effect("fax", c)}});
+  });
+  BeginRequest br;
+  br.intent_key = "irreversible";
+  br.tools = {"search", "sms.send"};
+  EXPECT_THAT(e.Begin(br),
+              test::StatusIs(Code::kInvalidArgument,
+                             "tools[1]: tool \"sms.send\" is irreversible: make its registry entry "
+                             "two_phase with \"approval\": \"human\", or say \"approval\": "
+                             "\"none\" with a \"reason\""));
+  const std::string id = Begin(e, {"fax.send"});
+  CallAnswer a = Call(e, id, "f1", "fax.send", {{"to", "+351"}});
+  EXPECT_EQ(a.state, "succeeded") << a.message << a.error;
+  ASSERT_OK_AND_ASSIGN(auto rec, store_->LoadSaga(id));
+  const Json& step = rec.spec["steps"][0];
+  EXPECT_EQ(step["approval"], "none");
+  EXPECT_EQ(step["reason"], "a fax cannot be unsent; the customer asked for it");
+  EXPECT_EQ(Effects("fax"), 1);
+}
+
 TEST_P(OpenSagaTest, BeginIsIdempotentPerIntentKeyAndConflictsOnOtherContent) {
   Engine e(store_.get(), &tools_, Options());
   BeginRequest br;

@@ -128,7 +128,8 @@ class PaymentsTest : public ::testing::TestWithParam<std::string> {
                      {"tool", "receipts.send"},
                      {"args", {{"to", "ana@example.com"}, {"payment", "${input.payment}"}}},
                      {"compensate", nullptr},
-                     {"reason", "an email cannot be unsent"}});
+                     {"reason", "an email cannot be unsent"},
+                     {"approval", "none"}});
     auto spec = ParseSpec(Json{{"name", "payment"}, {"steps", steps}}, *tools_);
     EXPECT_OK(spec);
     return spec.ok() ? *spec : SagaSpec{};

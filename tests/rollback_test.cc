@@ -64,7 +64,8 @@ class RollbackTest : public ::testing::Test {
                   {{"id", "notify"},
                    {"tool", "email.send"},
                    {"compensate", nullptr},
-                   {"reason", "an email cannot be unsent"}},
+                   {"reason", "an email cannot be unsent"},
+                   {"approval", "none"}},
                   {{"id", "charge"},
                    {"tool", "payments.charge"},
                    {"compensate", {{"tool", "payments.refund"}}}}}}};

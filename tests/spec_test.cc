@@ -123,7 +123,8 @@ constexpr const char* kTripSpec = R"json({
       "tool": "email.send",
       "args": {"to": "${input.email}", "body": "Flight ${steps.reserve_flight.result.reservation_id}, $${literal}"},
       "compensate": null,
-      "reason": "an email cannot be unsent"
+      "reason": "an email cannot be unsent",
+      "approval": "none"
     }
   ]
 })json";
@@ -186,6 +187,7 @@ TEST(SpecTest, GoodSpecParses) {
   EXPECT_EQ(confirm.effect, EffectClass::kIrreversible);
   EXPECT_FALSE(confirm.compensate.has_value());
   EXPECT_EQ(confirm.no_compensation_reason, "an email cannot be unsent");
+  EXPECT_EQ(confirm.no_approval_reason, "an email cannot be unsent");
 }
 
 TEST(SpecTest, DefaultsWhenOmitted) {

@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include "tools/open_policy.h"
 #include "tools/tool.h"
 
 namespace idem {
@@ -89,6 +90,39 @@ TEST(RetryPolicyTest, FullJitterStaysUnderTheCappedCeiling) {
 TEST(EffectClassTest, ParsesNames) {
   EXPECT_EQ(*ParseEffectClass("irreversible"), EffectClass::kIrreversible);
   EXPECT_FALSE(ParseEffectClass("writ").ok());
+}
+
+// "reason" goes with "compensate": null, and with "approval": "none" (why
+// nobody approves an irreversible tool's calls); anywhere else it is refused.
+TEST(OpenCallPolicyTest, AReasonSaysWhyNoCompensationOrWhyNoApproval) {
+  OpenCallPolicy p;
+  ASSERT_TRUE(
+      ParseOpenCallPolicy({{"compensate", nullptr}, {"reason", "cannot unsend"}}, "tools[0]", &p)
+          .ok());
+  EXPECT_EQ(p.no_compensation_reason, "cannot unsend");
+  EXPECT_EQ(p.no_approval_reason, "");
+  OpenCallPolicy q;
+  ASSERT_TRUE(ParseOpenCallPolicy({{"compensate", nullptr},
+                                   {"approval", "none"},
+                                   {"reason", "a receipt goes out whatever happens"}},
+                                  "tools[1]", &q)
+                  .ok());
+  EXPECT_EQ(q.no_compensation_reason, "a receipt goes out whatever happens");
+  EXPECT_EQ(q.no_approval_reason, "a receipt goes out whatever happens");
+  OpenCallPolicy r;
+  ASSERT_TRUE(
+      ParseOpenCallPolicy(
+          {{"compensate", {{"tool", "x.undo"}}}, {"approval", "none"}, {"reason", "small amounts"}},
+          "tools[2]", &r)
+          .ok());
+  EXPECT_EQ(r.no_approval_reason, "small amounts");
+  OpenCallPolicy bad;
+  Status s = ParseOpenCallPolicy({{"compensate", {{"tool", "x.undo"}}}, {"reason", "why"}},
+                                 "tools[3]", &bad);
+  EXPECT_EQ(s.message(),
+            "tools[3].reason: only with \"compensate\": null or \"approval\": \"none\"");
+  s = ParseOpenCallPolicy({{"approval", "none"}, {"reason", ""}}, "tools[4]", &bad);
+  EXPECT_EQ(s.message(), "tools[4].reason: expected a non-empty string");
 }
 
 }  // namespace

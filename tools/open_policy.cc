@@ -16,6 +16,11 @@ const char* const* OpenPolicyFields() {
 }
 
 Status ParseOpenCallPolicy(const Json& entry, const std::string& place, OpenCallPolicy* out) {
+  // "reason" says why there is no compensation, or why nobody approves.
+  if (entry.contains("reason") && !entry.value("compensate", Json::object()).is_null() &&
+      entry.value("approval", Json()) != "none") {
+    return Bad(place + ".reason", "only with \"compensate\": null or \"approval\": \"none\"");
+  }
   if (auto c = entry.find("compensate"); c != entry.end()) {
     if (c->is_null()) {
       auto reason = entry.find("reason");
@@ -42,8 +47,6 @@ Status ParseOpenCallPolicy(const Json& entry, const std::string& place, OpenCall
     } else {
       return Bad(place + ".compensate", "expected an object or null");
     }
-  } else if (entry.contains("reason")) {
-    return Bad(place + ".reason", "only with \"compensate\": null");
   }
   if (auto r = entry.find("repeats"); r != entry.end()) {
     if (*r == "deduplicate") {
@@ -64,6 +67,11 @@ Status ParseOpenCallPolicy(const Json& entry, const std::string& place, OpenCall
       out->two_phase = true;
     } else if (*a != "none") {
       return Bad(place + ".approval", "expected \"none\" or \"human\"");
+    } else if (auto reason = entry.find("reason"); reason != entry.end()) {
+      if (!reason->is_string() || reason->get<std::string>().empty()) {
+        return Bad(place + ".reason", "expected a non-empty string");
+      }
+      out->no_approval_reason = reason->get<std::string>();
     }
   }
   return Status::Ok();

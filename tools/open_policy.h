@@ -8,6 +8,8 @@
 //   "compensate": null, "reason": "a quote has nothing to undo"
 //   "repeats": "deduplicate" (default) | "allow"
 //   "two_phase": true, "approval": "none" | "human"
+//   "approval": "none", "reason": "a receipt is sent whatever happens"
+//     (an irreversible tool that nobody approves says so, and why)
 //
 // Errors are kInvalidArgument naming the place: `tools[2].compensate.tool:
 // is required`.

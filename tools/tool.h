@@ -79,6 +79,10 @@ struct OpenCallPolicy {
   /// for a person (`"approval": "human"`).
   bool two_phase = false;
   bool human_approval = false;
+  /// `"approval": "none"` said with a reason: why no person approves the
+  /// tool's calls. An irreversible tool needs it, or two-phase with
+  /// `human_approval`, to be listed in an open saga (a spec step's rule).
+  std::string no_approval_reason;
 };
 
 /// What a registry knows of a tool.
