@@ -47,6 +47,8 @@ int ExitForCall(const CallAnswer& a) {
       return kExitBusy;
     case CallRefusal::kCallPending:
       return kExitAwaitingApproval;
+    case CallRefusal::kCallIdReused:
+      return kExitConflict;  // a call id in use for another call, like an intent key
     default:
       return kExitUsage;
   }

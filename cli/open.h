@@ -12,8 +12,9 @@
 //
 // Exit codes (cli/cli.h): 0 a call succeeded (or begin, commit, a rollback
 // done); 3 the call failed (the saga stays open) or the saga rolled back; 4
-// needs attention; 7 awaiting approval; 8 busy (another call in progress); 2
-// bad input or a refused call (not open, tool not allowed, a call pending).
+// needs attention; 7 awaiting approval; 8 busy (another call in progress); 5
+// the call id was recorded for another tool or other arguments; 2 bad input
+// or a refused call (not open, tool not allowed, a call pending).
 //
 // Thread safety: called once, from RunCli.
 

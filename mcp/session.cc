@@ -406,12 +406,17 @@ Json Session::CallRegistryTool(const CatalogEntry& e, const Json& args, const st
     }
   }
   if (a.refusal != CallRefusal::kNone) {
+    Json error = {{"code", CallRefusalName(a.refusal)}, {"message", a.message}};
+    if (a.refusal == CallRefusal::kCallIdReused) {  // both intents, for the model to see
+      error["recorded_tool"] = a.tool;
+      error["recorded_args_fingerprint"] = a.args_fingerprint;
+      error["tool"] = a.request_tool;
+      error["args_fingerprint"] = a.request_fingerprint;
+    }
     return ToolResult(
         "idem refused the call (" + std::string(CallRefusalName(a.refusal)) + "): " + a.message,
-        {{"error", {{"code", CallRefusalName(a.refusal)}, {"message", a.message}}},
-         {"saga_id", saga_id},
-         {"call_id", call_id}},
-        true, SagaMeta(saga_id, call_id, CallRefusalName(a.refusal)));
+        {{"error", std::move(error)}, {"saga_id", saga_id}, {"call_id", call_id}}, true,
+        SagaMeta(saga_id, call_id, CallRefusalName(a.refusal)));
   }
   Json structured = CallStructured(saga_id, a);
   const Json meta = SagaMeta(saga_id, a.call_id, a.state);

@@ -262,12 +262,15 @@ class Engine {
   /// (journal `call_appended`, with the decision, in the step's
   /// transaction) and drives it under the saga's lease until it succeeds,
   /// fails, waits for an approval or parks; the saga is `open` again after
-  /// a success or a failure. A known call id answers what is recorded and
-  /// calls nothing (deduplicated, "same call_id"); a write or irreversible
+  /// a success or a failure. A known call id with the same tool and
+  /// argument fingerprint answers what is recorded and calls nothing
+  /// (deduplicated, "same call_id"); with another tool or other arguments
+  /// it is refused (CallRefusal::kCallIdReused); a write or irreversible
   /// tool with the same argument fingerprint as an earlier call (not
   /// failed) answers that call's outcome unless `repeat` (deduplicated,
   /// "same tool and arguments"; journal `call_deduplicated`). A refusal
-  /// (not open, tool not allowed, an earlier call waiting, busy) is an OK
+  /// (not open, tool not allowed, an earlier call waiting, busy, a reused
+  /// call id) is an OK
   /// answer with `refusal` set; bad input is kInvalidArgument naming the
   /// field; kNotFound for no such saga.
   Result<CallAnswer> Call(const std::string& saga_id, const CallRequest& request);

@@ -18,6 +18,7 @@
 
 #include "common/failpoint.h"
 #include "common/time_ordered_id.h"
+#include "effect/mutation.h"
 
 namespace idem {
 namespace {
@@ -56,6 +57,22 @@ std::string EscapeString(const std::string& s) {
   for (size_t i = 0; i < s.size(); ++i) {
     if (s.compare(i, 2, "${") == 0) out += '$';
     out += s[i];
+  }
+  return out;
+}
+
+// EscapeString undone: each "$${" back to "${" (the arguments as the agent
+// sent them).
+std::string UnescapeString(const std::string& s) {
+  std::string out;
+  size_t i = 0;
+  while (i < s.size()) {
+    if (s.compare(i, 3, "$${") == 0) {
+      out += "${";
+      i += 3;
+    } else {
+      out += s[i++];
+    }
   }
   return out;
 }
@@ -153,12 +170,25 @@ std::string CallState(const storage::StepRecord& st) {
   }
 }
 
+// The Fingerprint of the arguments call `index` was made with: its plan
+// step's literal arguments, unescaped.
+std::string RecordedFingerprint(const storage::SagaRecord& rec, int index) {
+  if (!rec.spec.is_object()) return "";
+  auto steps = rec.spec.find("steps");
+  if (steps == rec.spec.end() || !steps->is_array() || static_cast<size_t>(index) >= steps->size())
+    return "";
+  const Json& step = (*steps)[static_cast<size_t>(index)];
+  auto args = step.find("args");
+  return Fingerprint(MapStrings(args != step.end() ? *args : Json::object(), UnescapeString));
+}
+
 CallAnswer AnswerFor(const storage::SagaRecord& rec, int index, const std::string& call_id) {
   const storage::StepRecord& st = rec.steps[static_cast<size_t>(index)];
   CallAnswer a;
   a.call_id = call_id;
   a.step_id = st.step_id;
   a.tool = st.tool;
+  a.args_fingerprint = RecordedFingerprint(rec, index);
   a.state = CallState(st);
   a.result = st.result;
   a.error = st.error;
@@ -173,6 +203,40 @@ CallAnswer Refuse(CallRefusal r, std::string message, const storage::SagaRecord&
   a.message = std::move(message);
   a.saga_state = rec.summary.state;
   return a;
+}
+
+// The answer to a call whose id is known (`known`, as recorded): the
+// recorded answer when the tool and arguments are the same, else a
+// kCallIdReused refusal naming both fingerprints.
+CallAnswer AnswerKnownCall(CallAnswer known, const CallRequest& request,
+                           const storage::SagaRecord& rec) {
+  const std::string fp = Fingerprint(request.args);
+  const bool other_intent = known.tool != request.tool || known.args_fingerprint != fp;
+  // The test-only switch puts back the defect this replaced: any arguments
+  // got the recorded answer, flagged deduplicated.
+  if (other_intent && !effect::Mutated(effect::Mutation::kCallIdIgnoresArguments)) {
+    CallAnswer a =
+        Refuse(CallRefusal::kCallIdReused,
+               "call_id " + Quoted(request.call_id) + " was recorded for tool " +
+                   Quoted(known.tool) + " with arguments " + known.args_fingerprint +
+                   "; this call has tool " + Quoted(request.tool) + " with arguments " + fp +
+                   ": a call id names one intent, so a new call needs a new call_id (nothing was "
+                   "called)",
+               rec);
+    a.call_id = request.call_id;
+    a.step_id = known.step_id;
+    a.tool = known.tool;
+    a.args_fingerprint = known.args_fingerprint;
+    a.request_fingerprint = fp;
+    a.request_tool = request.tool;
+    return a;
+  }
+  if (!known.deduplicated) {  // an alias already names the call it repeats
+    known.deduplicated = true;
+    known.duplicate_of = request.call_id;
+    known.duplicate_reason = "same call_id";
+  }
+  return known;
 }
 
 // Gives a lease up on every way out unless a drive or a batch released it.
@@ -280,6 +344,8 @@ const char* CallRefusalName(CallRefusal r) {
       return "call-pending";
     case CallRefusal::kBusy:
       return "busy";
+    case CallRefusal::kCallIdReused:
+      return "call-id-reused";
   }
   return "?";
 }
@@ -526,14 +592,7 @@ Result<CallAnswer> Engine::Call(const std::string& saga_id, const CallRequest& r
       auto rec = store_->LoadSaga(saga_id);
       if (!rec.ok()) return rec.status();
       auto known = AnswerCall(*rec, request.call_id);
-      if (known.ok()) {
-        if (!known->deduplicated) {  // an alias already names the call it repeats
-          known->deduplicated = true;
-          known->duplicate_of = request.call_id;
-          known->duplicate_reason = "same call_id";
-        }
-        return known;
-      }
+      if (known.ok()) return AnswerKnownCall(std::move(known).value(), request, *rec);
       return Refuse(CallRefusal::kBusy, "saga " + saga_id + " is busy with another call; try again",
                     *rec);
     }
@@ -568,16 +627,7 @@ Result<CallAnswer> Engine::Call(const std::string& saga_id, const CallRequest& r
       if (!driven.ok() && driven.status().code() != Code::kAborted) return driven.status();
       continue;
     }
-    if (known.ok()) {
-      if (!known->deduplicated) {    // an alias already names the call it repeats
-        if (!known->deduplicated) {  // an alias already names the call it repeats
-          known->deduplicated = true;
-          known->duplicate_of = request.call_id;
-          known->duplicate_reason = "same call_id";
-        }
-      }
-      return known;
-    }
+    if (known.ok()) return AnswerKnownCall(std::move(known).value(), request, *rec);
     if (*state != SagaState::kOpen) {
       if (*state == SagaState::kAwaitingCompletion) {
         return Refuse(CallRefusal::kCallPending,
@@ -703,7 +753,7 @@ Result<CallAnswer> Engine::Call(const std::string& saga_id, const CallRequest& r
   auto rec = store_->LoadSaga(saga_id);
   if (!rec.ok()) return rec.status();
   auto known = AnswerCall(*rec, request.call_id);
-  if (known.ok()) return known;
+  if (known.ok()) return AnswerKnownCall(std::move(known).value(), request, *rec);
   return Refuse(CallRefusal::kBusy, "saga " + saga_id + " is " + rec->summary.state + "; try again",
                 *rec);
 }

@@ -19,11 +19,14 @@
 // completed call is compensated in reverse order, as for spec sagas. Pause,
 // resume and cancel work as for any saga.
 //
-// Duplicates: a call id seen before answers what is recorded and calls
-// nothing. The same tool with the same argument fingerprint under a new call
-// id (the model repeating itself) answers the earlier call's outcome for
-// write and irreversible tools whose policy deduplicates (the default),
-// unless the call says `repeat`; reads are called again.
+// Duplicates: a call id seen before with the same tool and argument
+// fingerprint answers what is recorded and calls nothing; with another tool
+// or other arguments it is refused (CallRefusal::kCallIdReused), never
+// answered with the earlier call's result: a call id names one intent, as an
+// Idempotency-Key does. The same tool with the same argument fingerprint
+// under a new call id (the model repeating itself) answers the earlier
+// call's outcome for write and irreversible tools whose policy deduplicates
+// (the default), unless the call says `repeat`; reads are called again.
 //
 // Idle timeout: a saga `open` longer than its idle timeout (since it became
 // open: the saga's updated_ms, durable) rolls back, or with `on_idle: park`
@@ -108,6 +111,10 @@ enum class CallRefusal {
   kToolNotAllowed,  ///< the tool is not in the begin's list
   kCallPending,     ///< an earlier call waits (approval, a person): settle it first
   kBusy,            ///< another call of this saga is being driven right now: retry
+  /// The call id was recorded with another tool or other arguments: a new
+  /// intent needs a new call id (CallAnswer::args_fingerprint and
+  /// request_fingerprint name both).
+  kCallIdReused,
 };
 const char* CallRefusalName(CallRefusal r);  ///< "saga-not-open", "tool-not-allowed", ...
 
@@ -129,7 +136,12 @@ struct CallAnswer {
   std::string duplicate_of;      ///< the call id that answered
   std::string duplicate_reason;  ///< "same call_id" or "same tool and arguments"
   std::string saga_state;        ///< the saga's state after the call
-  storage::StepRecord step;      ///< the step's row (for the approval view)
+  /// The Fingerprint of the call's arguments as recorded (for kCallIdReused:
+  /// of the call the id was first given to).
+  std::string args_fingerprint;
+  std::string request_fingerprint;  ///< kCallIdReused: the refused call's arguments
+  std::string request_tool;         ///< kCallIdReused: the refused call's tool
+  storage::StepRecord step;         ///< the step's row (for the approval view)
   /// The outcome is known (succeeded, failed, compensated): a waiter stops.
   bool settled() const;
 };

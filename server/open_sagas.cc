@@ -157,6 +157,15 @@ void SendRefusal(HttpResponse& res, const CallAnswer& a) {
       return Problem(res, 409, "saga-not-open", "Saga not open", a.message);
     case CallRefusal::kCallPending:
       return Problem(res, 409, "call-pending", "An earlier call is unsettled", a.message);
+    case CallRefusal::kCallIdReused:
+      return Problem(res, 409, "call-id-reused", "Call id reused for another call", a.message,
+                     {{"code", "call-id-reused"},
+                      {"call_id", a.call_id},
+                      {"step_id", a.step_id},
+                      {"recorded_tool", a.tool},
+                      {"recorded_args_fingerprint", a.args_fingerprint},
+                      {"tool", a.request_tool},
+                      {"args_fingerprint", a.request_fingerprint}});
     case CallRefusal::kBusy:
     case CallRefusal::kNone:
       res.SetHeader("Retry-After", "1");

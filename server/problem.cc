@@ -8,10 +8,16 @@ namespace idem::server {
 
 void Problem(HttpResponse& res, int status, const std::string& type, const std::string& title,
              const std::string& detail) {
-  Json p = {{"type", "urn:idem:problem:" + type},
-            {"title", title},
-            {"status", status},
-            {"detail", PrintableText(detail)}};
+  Problem(res, status, type, title, detail, Json::object());
+}
+
+void Problem(HttpResponse& res, int status, const std::string& type, const std::string& title,
+             const std::string& detail, const Json& extensions) {
+  Json p = extensions.is_object() ? extensions : Json::object();
+  p["type"] = "urn:idem:problem:" + type;
+  p["title"] = title;
+  p["status"] = status;
+  p["detail"] = PrintableText(detail);
   res.status = status;
   res.SetContent(p.dump(), kProblemJson);
 }

@@ -21,6 +21,10 @@ inline constexpr const char* kProblemJson = "application/problem+json";
 /// Writes a problem: `type` is the name after "urn:idem:problem:".
 void Problem(HttpResponse& res, int status, const std::string& type, const std::string& title,
              const std::string& detail);
+/// Problem with extension members (RFC 9457 section 3.2), an object merged
+/// into the document; they cannot replace type, title, status or detail.
+void Problem(HttpResponse& res, int status, const std::string& type, const std::string& title,
+             const std::string& detail, const Json& extensions);
 
 /// Writes `body` as application/json.
 void SendJson(HttpResponse& res, int status, const Json& body);

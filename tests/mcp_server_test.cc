@@ -367,6 +367,28 @@ TEST_F(McpSessionTest, ARepeatedCallMakesOneEffectAndIsAnsweredFromTheJournal) {
   EXPECT_EQ(ledger_->Count("book.make"), 3);
 }
 
+// An io.idem/call-id reused with other arguments is another intent: the
+// model gets an error result saying so, never the earlier call's outcome.
+TEST_F(McpSessionTest, ACallIdReusedWithOtherArgumentsIsAnErrorResultAndCallsNothing) {
+  Initialize(session_.get());
+  Json first = Call(session_.get(), "book.make", {{"city", "oslo"}}, {{"io.idem/call-id", "m-1"}});
+  EXPECT_EQ(first["structuredContent"]["state"], "succeeded");
+  Json other = Call(session_.get(), "book.make", {{"city", "rome"}}, {{"io.idem/call-id", "m-1"}});
+  EXPECT_EQ(other["isError"], true) << other.dump();
+  const Json& error = other["structuredContent"]["error"];
+  EXPECT_EQ(error["code"], "call-id-reused");
+  EXPECT_EQ(error["recorded_args_fingerprint"], Fingerprint(Json{{"city", "oslo"}}));
+  EXPECT_EQ(error["args_fingerprint"], Fingerprint(Json{{"city", "rome"}}));
+  const std::string text = other["content"][0]["text"];
+  EXPECT_NE(text.find("call-id-reused"), std::string::npos) << text;
+  EXPECT_NE(text.find(Fingerprint(Json{{"city", "rome"}})), std::string::npos) << text;
+  EXPECT_EQ(other["structuredContent"].count("result"), 0u);
+  EXPECT_EQ(ledger_->Count("book.make"), 1) << "rome was never booked";
+  Json same = Call(session_.get(), "book.make", {{"city", "oslo"}}, {{"io.idem/call-id", "m-1"}});
+  EXPECT_EQ(same["isError"], false);
+  EXPECT_EQ(same["structuredContent"]["reason"], "same call_id");
+}
+
 TEST_F(McpSessionTest, AWriteThatNeedsAPersonAnswersWhatWaitsThenItsOutcomeOnceApproved) {
   Initialize(session_.get());
   Json wait = Call(session_.get(), "pay.charge", {{"eur", 90}});

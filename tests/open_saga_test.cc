@@ -23,6 +23,7 @@
 #include "tests/test_util.h"
 
 #include "common/clock.h"
+#include "effect/mutation.h"
 
 namespace idem {
 namespace {
@@ -220,14 +221,75 @@ TEST_P(OpenSagaTest, AFailedCallLeavesTheSagaOpenAndRollbackCompensatesInReverse
 TEST_P(OpenSagaTest, ARepeatedCallIdAnswersTheRecordedResultAndCallsNothing) {
   Engine e(store_.get(), &tools_, Options());
   const std::string id = Begin(e, {"flights.book"});
-  CallAnswer first = Call(e, id, "call_x", "flights.book", {{"to", "lisbon"}});
-  // The same call id with other arguments: still the recorded answer.
-  CallAnswer again = Call(e, id, "call_x", "flights.book", {{"to", "rome"}});
+  // Arguments with "${" are literals: the recorded fingerprint is the one
+  // of the arguments as sent, not of their escaped form in the plan.
+  const Json args = {{"to", "lisbon"}, {"note", "${not.a.template}"}};
+  CallAnswer first = Call(e, id, "call_x", "flights.book", args);
+  CallAnswer again = Call(e, id, "call_x", "flights.book", args);
+  EXPECT_EQ(again.refusal, CallRefusal::kNone) << again.message;
   EXPECT_EQ(Calls("book"), 1);
   EXPECT_TRUE(again.deduplicated);
   EXPECT_EQ(again.duplicate_reason, "same call_id");
   EXPECT_EQ(again.result, first.result);
   EXPECT_EQ(again.step_id, "c1");
+  EXPECT_EQ(again.args_fingerprint, Fingerprint(args));
+}
+
+// A call id names one intent: reused with other arguments or another tool
+// it is refused and calls nothing, never answered with the earlier call's
+// result (which would tell the model a call it never made succeeded).
+TEST_P(OpenSagaTest, ACallIdReusedWithOtherArgumentsIsRefusedAndCallsNothing) {
+  Engine e(store_.get(), &tools_, Options());
+  const std::string id = Begin(e, {"flights.book", "notes.add"});
+  const Json lisbon = {{"to", "lisbon"}};
+  const Json rome = {{"to", "rome"}};
+  Call(e, id, "call_x", "flights.book", lisbon);
+  const size_t entries = Journal(id).size();
+  CallAnswer other = Call(e, id, "call_x", "flights.book", rome);
+  EXPECT_EQ(other.refusal, CallRefusal::kCallIdReused);
+  EXPECT_STREQ(CallRefusalName(other.refusal), "call-id-reused");
+  EXPECT_FALSE(other.deduplicated);
+  EXPECT_TRUE(other.result.is_null());
+  EXPECT_EQ(other.call_id, "call_x");
+  EXPECT_EQ(other.args_fingerprint, Fingerprint(lisbon));
+  EXPECT_EQ(other.request_fingerprint, Fingerprint(rome));
+  EXPECT_NE(other.message.find(Fingerprint(lisbon)), std::string::npos) << other.message;
+  EXPECT_NE(other.message.find(Fingerprint(rome)), std::string::npos) << other.message;
+  EXPECT_NE(other.message.find("\"call_x\""), std::string::npos) << other.message;
+  // `repeat` means a second effect under a new call id, never a reused one.
+  CallAnswer repeated = Call(e, id, "call_x", "flights.book", rome, /*repeat=*/true);
+  EXPECT_EQ(repeated.refusal, CallRefusal::kCallIdReused);
+  // Another tool under the same id: refused too.
+  CallAnswer tool = Call(e, id, "call_x", "notes.add", lisbon);
+  EXPECT_EQ(tool.refusal, CallRefusal::kCallIdReused);
+  EXPECT_EQ(tool.request_tool, "notes.add");
+  EXPECT_EQ(Calls("book"), 1);
+  EXPECT_EQ(Calls("note"), 0);
+  EXPECT_EQ(Journal(id).size(), entries);  // nothing recorded
+  EXPECT_EQ(State(id), "open");
+  // An id bound by deduplication (the same write under a new id) is held
+  // to its arguments as well.
+  CallAnswer dup = Call(e, id, "call_y", "flights.book", lisbon);
+  EXPECT_TRUE(dup.deduplicated);
+  EXPECT_EQ(Call(e, id, "call_y", "flights.book", rome).refusal, CallRefusal::kCallIdReused);
+  // The same call id with its own arguments still answers from the journal.
+  EXPECT_EQ(Call(e, id, "call_x", "flights.book", lisbon).refusal, CallRefusal::kNone);
+  EXPECT_EQ(Calls("book"), 1);
+}
+
+// The test-only switch (effect/mutation.h) puts the defect back, so that the
+// simulation's checker can be shown to catch it.
+TEST_P(OpenSagaTest, TheMutationSwitchPutsTheIgnoredArgumentsBack) {
+  Engine e(store_.get(), &tools_, Options());
+  const std::string id = Begin(e, {"flights.book"});
+  CallAnswer first = Call(e, id, "call_x", "flights.book", {{"to", "lisbon"}});
+  effect::SetMutation(effect::Mutation::kCallIdIgnoresArguments);
+  CallAnswer again = Call(e, id, "call_x", "flights.book", {{"to", "rome"}});
+  effect::SetMutation(effect::Mutation::kNone);
+  EXPECT_EQ(again.refusal, CallRefusal::kNone);
+  EXPECT_TRUE(again.deduplicated);
+  EXPECT_EQ(again.result, first.result);
+  EXPECT_EQ(Calls("book"), 1);
 }
 
 TEST_P(OpenSagaTest, TheSameWriteUnderANewCallIdIsDeduplicatedUnlessRepeat) {

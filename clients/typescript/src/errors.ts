@@ -17,6 +17,8 @@ export interface Problem {
  *   pending, a commit refused while a call is unsettled, ...);
  * - `saga_not_open`: 409 `saga-not-open` (the open saga was committed,
  *   rolled back or cancelled);
+ * - `call_id_reused`: 409 `call-id-reused` (an open-saga call's `call_id`
+ *   was recorded for another tool or other arguments; nothing was called);
  * - `not_found`: 404; `unauthorized`: 401; `forbidden`: 403;
  * - `invalid`: 400, 413, 414, 415, 422, 431 (the request is wrong; the detail
  *   names the place);
@@ -29,6 +31,7 @@ export interface Problem {
 export type IdemErrorKind =
   | "conflict"
   | "saga_not_open"
+  | "call_id_reused"
   | "not_found"
   | "unauthorized"
   | "forbidden"
@@ -97,6 +100,41 @@ export class IdemError extends Error {
 export class IdemConflictError extends IdemError {}
 /** 409 saga-not-open: the open saga no longer takes calls. */
 export class IdemSagaNotOpenError extends IdemConflictError {}
+
+function member(problem: Problem | undefined, name: string): string {
+  const v = problem?.[name];
+  return typeof v === "string" ? v : "";
+}
+
+/**
+ * 409 call-id-reused: this `call_id` was recorded for another call (another
+ * tool, or arguments with another fingerprint), and nothing was called. A
+ * call id names one intent: a new call needs a new `call_id` (with
+ * `repeat: true` to make the same call a second time on purpose). Resending
+ * the first call's own arguments with the id answers it from the journal.
+ */
+export class IdemCallIdReusedError extends IdemConflictError {
+  /** The reused call id. */
+  get callId(): string {
+    return member(this.problem, "call_id");
+  }
+  /** The tool the id was first given to. */
+  get recordedTool(): string {
+    return member(this.problem, "recorded_tool");
+  }
+  /** The fingerprint ("sha256:...") of the arguments the id was first given with. */
+  get recordedArgsFingerprint(): string {
+    return member(this.problem, "recorded_args_fingerprint");
+  }
+  /** The refused call's tool. */
+  get tool(): string {
+    return member(this.problem, "tool");
+  }
+  /** The fingerprint of the refused call's arguments. */
+  get argsFingerprint(): string {
+    return member(this.problem, "args_fingerprint");
+  }
+}
 export class IdemNotFoundError extends IdemError {}
 export class IdemUnauthorizedError extends IdemError {}
 export class IdemForbiddenError extends IdemError {}
@@ -112,7 +150,11 @@ export class IdemNetworkError extends IdemError {}
 
 /** The kind of an HTTP error answer. */
 export function kindOf(status: number, type: string): IdemErrorKind {
-  if (status === 409) return type === `${PROBLEM_PREFIX}saga-not-open` ? "saga_not_open" : "conflict";
+  if (status === 409) {
+    if (type === `${PROBLEM_PREFIX}saga-not-open`) return "saga_not_open";
+    if (type === `${PROBLEM_PREFIX}call-id-reused`) return "call_id_reused";
+    return "conflict";
+  }
   if (status === 404) return "not_found";
   if (status === 401) return "unauthorized";
   if (status === 403) return "forbidden";
@@ -125,6 +167,7 @@ export function kindOf(status: number, type: string): IdemErrorKind {
 const CLASSES: Record<IdemErrorKind, typeof IdemError> = {
   conflict: IdemConflictError,
   saga_not_open: IdemSagaNotOpenError,
+  call_id_reused: IdemCallIdReusedError,
   not_found: IdemNotFoundError,
   unauthorized: IdemUnauthorizedError,
   forbidden: IdemForbiddenError,

@@ -8,6 +8,7 @@ export {
   IdemError,
   IdemConflictError,
   IdemSagaNotOpenError,
+  IdemCallIdReusedError,
   IdemNotFoundError,
   IdemUnauthorizedError,
   IdemForbiddenError,

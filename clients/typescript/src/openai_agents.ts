@@ -190,7 +190,8 @@ async function callThroughIdem(
     );
     return (opts.formatAnswer ?? answerText)(answer, toolName);
   } catch (e) {
-    if (e instanceof IdemError && (e.kind === "invalid" || e.kind === "forbidden" || e.kind === "conflict")) {
+    const refused = ["invalid", "forbidden", "conflict", "call_id_reused"];
+    if (e instanceof IdemError && refused.includes(e.kind)) {
       return `${toolName} was refused by idem (${e.problemName}): ${e.detail || e.title}`;
     }
     throw e;

@@ -10,7 +10,7 @@
 import assert from "node:assert/strict";
 import { afterEach, before, describe, test } from "node:test";
 
-import { IdemClient, IdemNotFoundError } from "../dist/index.js";
+import { IdemCallIdReusedError, IdemClient, IdemNotFoundError } from "../dist/index.js";
 import { DecisionRecorder, idemTools } from "../dist/openai_agents.js";
 import { CAR, FLIGHT, HOTEL, ScriptedModel, TRAVEL_TOOL_NAMES, runAgent, travelTools } from "./fake_model.mjs";
 import { cleanup, ledgerClean, readLedger, startProviders, startServer, tempDir, toolsFile } from "./helpers.mjs";
@@ -97,6 +97,12 @@ describe("open sagas with the OpenAI Agents SDK against a real idem serve", () =
     const replayed = JSON.parse(replay.toolOutputs().call_f1);
     assert.equal(replayed.result.reservation_id, JSON.parse(seen.call_f1).reservation_id);
     assert.match(replayed.note, /same call_id/);
+
+    // The same call id with other arguments is another intent: refused, nothing booked.
+    await assert.rejects(
+      session.call({ call_id: "call_f1", tool: "flights.reserve", args: { ...FLIGHT, note: "window seat" } }),
+      (e) => e instanceof IdemCallIdReusedError && e.callId === "call_f1" && e.recordedArgsFingerprint !== e.argsFingerprint,
+    );
 
     const answer = await w.client.getCall(session.sagaId, "call_h1");
     assert.equal(answer.state, "succeeded");

@@ -8,6 +8,7 @@ import { test } from "node:test";
 
 import {
   IdemClient,
+  IdemCallIdReusedError,
   IdemConflictError,
   IdemError,
   IdemForbiddenError,
@@ -113,6 +114,7 @@ test("problem documents become typed errors with type, status, title and detail"
   const cases = [
     [409, "intent-conflict", IdemConflictError, "conflict"],
     [409, "saga-not-open", IdemSagaNotOpenError, "saga_not_open"],
+    [409, "call-id-reused", IdemCallIdReusedError, "call_id_reused"],
     [404, "not-found", IdemNotFoundError, "not_found"],
     [401, "unauthorized", IdemUnauthorizedError, "unauthorized"],
     [403, "tool-not-allowed", IdemForbiddenError, "forbidden"],
@@ -177,4 +179,35 @@ test("bad arguments are refused before anything is sent", async () => {
   await assert.rejects(client.call("sg_1", { call_id: "c", tool: "x", args: {} }, { wait: -1 }), /wait/);
   assert.throws(() => new IdemClient({ baseUrl: "idem.test" }), /baseUrl/);
   assert.equal(requests.length, 0);
+});
+
+test("a call id reused with other arguments is an IdemCallIdReusedError naming both calls, not retried", async () => {
+  const body = {
+    type: "urn:idem:problem:call-id-reused",
+    title: "Call id reused for another call",
+    status: 409,
+    detail: 'call_id "call_1" was recorded for tool "flights.book" with arguments sha256:aa; this call has tool "flights.book" with arguments sha256:bb',
+    code: "call-id-reused",
+    call_id: "call_1",
+    recorded_tool: "flights.book",
+    recorded_args_fingerprint: "sha256:aa",
+    tool: "flights.book",
+    args_fingerprint: "sha256:bb",
+  };
+  const { f, requests } = scriptedFetch([
+    new Response(JSON.stringify(body), { status: 409, headers: { "Content-Type": "application/problem+json" } }),
+  ]);
+  const client = new IdemClient({ baseUrl: "http://idem.test", fetch: f, retry: fast });
+  await assert.rejects(client.call("sg_1", { call_id: "call_1", tool: "flights.book", args: { to: "rome" } }), (e) => {
+    assert.ok(e instanceof IdemCallIdReusedError);
+    assert.ok(e instanceof IdemConflictError);
+    assert.equal(e.kind, "call_id_reused");
+    assert.equal(e.callId, "call_1");
+    assert.equal(e.recordedTool, "flights.book");
+    assert.equal(e.recordedArgsFingerprint, "sha256:aa");
+    assert.equal(e.tool, "flights.book");
+    assert.equal(e.argsFingerprint, "sha256:bb");
+    return true;
+  });
+  assert.equal(requests.length, 1, "a refusal is not resent");
 });
