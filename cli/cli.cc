@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "cli/approvals.h"
 #include "cli/driver_lock.h"
 #include "cli/journal.h"
 #include "cli/keys_retire.h"
@@ -24,6 +25,7 @@
 #include "cli/serve_tls.h"
 #include "preview_commit/token.h"
 #include "preview_commit/two_phase.h"
+#include "saga/approval_rights.h"
 #include "saga/engine.h"
 #include "saga/spec.h"
 #include "saga/states.h"
@@ -65,8 +67,13 @@ int ExitFor(const Status& s) {
       if (StartsWith(s.message(), preview_commit::kAlreadyDecidedMessage)) {
         return kExitAlreadyDecided;
       }
-      // An approval policy's role the caller did not name (--role).
-      if (StartsWith(s.message(), preview_commit::kRoleMissingMessage)) return kExitUsage;
+      // Who may not decide on a commit (saga/approval_rights.h): a person
+      // without the role, unauthenticated, or the commit's requester.
+      if (StartsWith(s.message(), preview_commit::kRoleMissingMessage) ||
+          StartsWith(s.message(), kUnauthenticatedMessage) ||
+          StartsWith(s.message(), kSelfApprovalMessage)) {
+        return kExitUsage;
+      }
       return kExitInternal;
     case Code::kOk:
       return kExitOk;
@@ -228,7 +235,7 @@ struct Options {
   std::string decision;
   std::string model_decision;  ///< run --decision: JSON or @FILE (saga/open_saga.h)
   std::string who;
-  std::vector<std::string> roles;  ///< approve/reject --role: the roles `who` decides in
+  DeciderFlags decider;  ///< approve/reject: --as, --auth, --credential (cli/approvals.h)
   std::string note;
   std::string result;
   std::string token;
@@ -556,50 +563,6 @@ int CmdControl(const Options& o, const std::string& verb, bool drive, const std:
   return ExitForSagaState(out->saga.summary.state);
 }
 
-Json PendingApprovals(storage::Store* store, Status* error) {
-  Json out = Json::array();
-  storage::SagaFilter f;
-  f.states = {SagaStateName(SagaState::kAwaitingApproval)};
-  auto list = store->ListSagas(f);
-  if (!list.ok()) {
-    *error = list.status();
-    return out;
-  }
-  for (const auto& sum : *list) {
-    auto rec = store->LoadSaga(sum.saga_id);
-    if (!rec.ok()) {
-      *error = rec.status();
-      return out;
-    }
-    for (const auto& st : rec->steps) {
-      auto view = ApprovalView(sum.saga_id, st);
-      if (!view) continue;
-      (*view)["intent_key"] = sum.intent_key;
-      out.push_back(std::move(*view));
-    }
-  }
-  return out;
-}
-
-// "rule 2: 2 distinct finance approvals; 1 so far (maria); 1 more, from anyone
-// else with the role finance", or for "approval": "human" one approver.
-std::string PolicyLine(const Json& p) {
-  const Json& policy = p["policy"];
-  const std::string role = policy.value("role", "approver");
-  const int quorum = policy.value("quorum", 1);
-  std::string out = policy["rule"].is_number()
-                        ? "rule " + std::to_string(policy["rule"].get<int>()) + ": "
-                        : std::string("\"approval\": \"human\": ");
-  out += std::to_string(quorum) + " distinct " + role + " approval(s)";
-  std::string names;
-  for (const auto& a : p["approvals"]) names += (names.empty() ? "" : ", ") + a.value("by", "");
-  const int have = static_cast<int>(p["approvals"].size());
-  if (have > 0) out += "; " + std::to_string(have) + " so far (" + names + ")";
-  out += "; " + std::to_string(quorum - have) + " more, from anyone with the role " + role +
-         (have > 0 ? " but " + names : "") + " who did not request the saga";
-  return out;
-}
-
 int CmdApprovals(const Options& o, storage::Store* store) {
   Status error;
   Json pending = PendingApprovals(store, &error);
@@ -626,16 +589,24 @@ int CmdApprovals(const Options& o, storage::Store* store) {
   return kExitOk;
 }
 
+// approve, reject TOKEN: who decides is a credential's principal, or --as
+// taken at its word (cli/approvals.h).
 int CmdDecide(const Options& o, bool approve, const ToolRegistry& tools, storage::Store* store,
               const preview_commit::TokenSigner* signer) {
-  ApprovalDecision d;
+  auto decider = ResolveDecider(o.decider, std::getenv(kCredentialEnv));
+  if (!decider.ok()) return Fail(decider.status());
+  ApprovalDecision d = std::move(decider).value();
   d.approve = approve;
-  d.who = o.who;
-  d.roles = o.roles;
   d.note = o.note;
   Engine engine(store, &tools, LiveEngineOptions(true, signer));
   auto rec = engine.Decide(o.token, d);
-  if (!rec.ok()) return Fail(rec.status());
+  if (!rec.ok()) {
+    const Status& s = rec.status();
+    if (s.message().rfind(kUnauthenticatedMessage, 0) == 0) {
+      return FailWith(Status(s.code(), s.message() + "; " + CredentialHint()), kExitUsage);
+    }
+    return Fail(s);
+  }
   std::printf("outcome: %s%s%s\n", rec->summary.state.c_str(),
               rec->summary.reason.empty() ? "" : " - ", rec->summary.reason.c_str());
   for (const auto& st : rec->steps) {
@@ -966,19 +937,22 @@ int RunCli(int argc, char** argv, const FrontendConfig& config) {
 
   auto* approve = app.add_subcommand("approve", "approve a waiting commit; the commit runs now");
   approve->add_option("TOKEN", o.token, "the commit token (from `approvals`)")->required();
-  approve->add_option("--as", o.who, "who approves (journaled)")->required();
   approve->add_option("--note", o.note, "why (journaled)");
-  approve->add_option("--role", o.roles,
-                      "a role NAME decides in, for a commit under an approval policy "
-                      "(--role finance; repeatable)");
-
   auto* reject = app.add_subcommand("reject", "reject a waiting commit; the saga rolls back");
   reject->add_option("TOKEN", o.token, "the commit token (from `approvals`)")->required();
-  reject->add_option("--as", o.who, "who rejects (journaled)")->required();
   reject->add_option("--reason", o.note, "why (journaled)")->required();
-  reject->add_option("--role", o.roles,
-                     "a role NAME decides in, for a commit under an approval policy "
-                     "(--role finance; repeatable)");
+  for (CLI::App* c : {approve, reject}) {  // who decides (cli/approvals.h)
+    c->add_option("--auth", o.decider.auth_path,
+                  "the auth file of `idem serve --auth`: your credential's principal and roles "
+                  "decide");
+    c->add_option("--credential", o.decider.credential,
+                  std::string("@FILE: a file (chmod 600) holding your bearer token; or set ") +
+                      kCredentialEnv);
+    c->add_option("--as", o.decider.who,
+                  "without a credential: who decides an \"approval\": \"human\" commit "
+                  "(journaled, not authenticated); with one: must be its principal");
+    c->add_option("--role", o.decider.roles, "refused: the roles come from the auth file");
+  }
 
   auto* keys_cmd =
       app.add_subcommand("keys", "commit-token signing keys: list, rotate, retire KEY");

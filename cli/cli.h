@@ -11,8 +11,11 @@
 //   recover                                        resume unfinished sagas
 //   resolve SAGA STEP --decision D --as NAME       a person's decision on a parked step
 //   approvals [--json]                             commits waiting for a person
-//   approve TOKEN --as NAME [--note TEXT]          approve: the commit runs now
-//   reject TOKEN --as NAME --reason TEXT           reject: the saga rolls back
+//   approve TOKEN [--auth F --credential @F | --as NAME] [--note TEXT]
+//                                                  approve: the commit runs now
+//   reject TOKEN [--auth F --credential @F | --as NAME] --reason TEXT
+//                                                  reject: the saga rolls back
+//     (who decides: cli/approvals.h; IDEM_CREDENTIAL may hold the token)
 //   cancel|pause|resume SAGA --as NAME [--reason TEXT]  a durable request: honoured by
 //                                                  whichever process drives the saga
 //   keys list|rotate|retire KEY [--re-preview --as NAME]  commit-token signing keys

@@ -363,6 +363,7 @@ Json Session::CallRegistryTool(const CatalogEntry& e, const Json& args, const st
   req.call_id = call_id;
   req.tool = e.target;
   req.args = args;
+  req.who = options_.who;  // the session's principal: the call's requester
   const auto deadline =
       std::chrono::steady_clock::now() + std::chrono::milliseconds(options_.busy_wait_ms);
   Result<CallAnswer> answer = Status::Internal("not called");

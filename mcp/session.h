@@ -14,7 +14,10 @@
 // names it. Each call is Engine::Call with the call id of `_meta`
 // `io.idem/call-id`, or a fresh one: the open saga's repeat rule (same tool,
 // same argument fingerprint) then answers a repeated model call from the
-// journal. A spec tool submits its saga under intent key
+// journal, and a call id given again with another tool or other arguments
+// is an isError result (`call-id-reused`), never the earlier call's answer.
+// The call records SessionOptions::who as its requester. A spec tool
+// submits its saga under intent key
 // `<scope>mcp-spec:<owner>:<call id or spec name and argument fingerprint>`.
 //
 // Errors (MCP "Tools"): an unknown tool, a missing name, arguments that are
@@ -75,7 +78,9 @@ struct SessionOptions {
   /// Prefix of every intent key the session writes: "" on stdio,
   /// "<principal>:" on HTTP (so the REST API shows the caller its sagas).
   std::string key_scope;
-  std::string who = "mcp";  ///< who commits and rolls back, in the journal
+  /// Who makes the calls, commits and rolls back, in the journal: the
+  /// caller's principal on HTTP. It never approves a call it made.
+  std::string who = "mcp";
   /// Begin the session's open saga at initialize (HTTP: the session can be
   /// found again by another server on the same store).
   bool begin_at_initialize = false;

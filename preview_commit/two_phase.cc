@@ -9,6 +9,7 @@
 #include "saga/machines.h"
 
 #include "common/failpoint.h"
+#include "common/principal_name.h"
 
 namespace idem::preview_commit {
 
@@ -64,10 +65,11 @@ Json SubmittedData(const PhaseRecord& phase, int attempt, const std::string& key
 
 int MissingApprovals(const PhaseRecord& phase) {
   if (!phase.policy || !phase.policy->pass.empty()) return 0;
-  std::vector<std::string> seen;
+  std::vector<std::string> seen;  // folded: "Maria" and "maria" are one person
   for (const auto& a : phase.approvals) {
     if (!a.approved() || a.role != phase.policy->role) continue;
-    if (std::find(seen.begin(), seen.end(), a.by) == seen.end()) seen.push_back(a.by);
+    const std::string who = FoldName(a.by);
+    if (std::find(seen.begin(), seen.end(), who) == seen.end()) seen.push_back(who);
   }
   return std::max(0, phase.policy->quorum - static_cast<int>(seen.size()));
 }
@@ -267,7 +269,7 @@ Status CountApproval(const PhaseRecord& phase, const ApprovalDecision& d, Approv
                                       d.who + " may not decide on a commit that needs " + need);
   }
   for (const auto& a : phase.approvals) {
-    if (a.by == d.who) {
+    if (SameName(a.by, d.who)) {
       return Status::Conflict(std::string(kAlreadyCountedMessage) + d.who + " at " +
                               FormatTimeMs(a.at_ms) + "; the commit needs " + need + ", one each");
     }
@@ -323,7 +325,10 @@ Result<ApprovalOutcome> RecordApproval(const TokenClaims& claims, const Approval
     return mismatch;
   }
   ApprovalRecord record{decision, d.who, d.note, now_ms, ""};
-  Json data = {{"by", d.who}, {"note", d.note}, {"token_key", claims.key_id}};
+  Json data = {{"by", d.who},
+               {"authenticated", d.authenticated},
+               {"note", d.note},
+               {"token_key", claims.key_id}};
   if (phase->policy && phase->policy->pass.empty()) {
     IDEM_RETURN_IF_ERROR(CountApproval(*phase, d, &record, &data));
     if (d.approve) {

@@ -19,11 +19,18 @@ struct ApprovalDecision {
   bool approve = false;
   std::string who;   ///< required
   std::string note;  ///< why; required for a rejection
+  /// `who` and `roles` come from a credential checked against an auth file
+  /// (the server's callers, the CLI's `--credential`), not from the
+  /// caller's word. Engine::Decide (saga/approval_rights.h) counts only an
+  /// authenticated person toward an approval policy's role or quorum, and
+  /// asks an authenticated person deciding on an "approval": "human" commit
+  /// for the role `approver`.
+  bool authenticated = false;
   /// The roles `who` holds (the auth file's). A commit under an approval
-  /// policy counts only a person holding the rule's role; kPermissionDenied
-  /// otherwise. `any_role`: the caller is trusted with every role (a server
-  /// without auth). Not checked for "approval": "human" (the server checks
-  /// `approver` there).
+  /// policy counts only a person holding the rule's role
+  /// (kFailedPrecondition starting preview_commit::kRoleMissingMessage).
+  /// `any_role`: the caller is trusted with every role and is nobody in
+  /// particular (a server without auth): no self-approval check.
   std::vector<std::string> roles;
   bool any_role = false;
   /// When set, the token must be for this saga / step (an API that names

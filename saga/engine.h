@@ -197,7 +197,10 @@ class Engine {
   /// A forged, tampered or unknown token fails with one uniform error and
   /// changes nothing; an expired one with kFailedPrecondition. Deciding again
   /// after the decision (a replay, or a second process racing) returns the
-  /// saga as recorded and calls nothing.
+  /// saga as recorded and calls nothing. Who may decide is checked first,
+  /// the same for every surface (saga/approval_rights.h): kFailedPrecondition
+  /// for an unauthenticated decision under a policy that asks a role, a
+  /// person without the role, and whoever asked for the commit.
   Result<storage::SagaRecord> Decide(const std::string& token, const ApprovalDecision& decision);
 
   /// Takes back the undecided commit token of a two-phase step (signed by

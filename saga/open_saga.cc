@@ -367,10 +367,12 @@ Result<OpenPlan> ReadOpenPlan(const Json& spec) {
     p.idle_timeout_ms = o.value("idle_timeout_ms", int64_t{0});
     p.on_idle = o.value("on_idle", "rollback") == "park" ? OnIdle::kPark : OnIdle::kRollback;
     for (const Json& c : o.value("calls", Json::array())) {
-      p.calls.push_back({c.at("call_id").get<std::string>(), c.at("step").get<std::string>()});
+      p.calls.push_back(
+          {c.at("call_id").get<std::string>(), c.at("step").get<std::string>(), c.value("by", "")});
     }
     for (const Json& c : o.value("aliases", Json::array())) {
-      p.aliases.push_back({c.at("call_id").get<std::string>(), c.at("step").get<std::string>()});
+      p.aliases.push_back(
+          {c.at("call_id").get<std::string>(), c.at("step").get<std::string>(), ""});
     }
   } catch (const std::exception& e) {
     return Bad("spec.open", std::string("malformed: ") + e.what());
@@ -680,6 +682,7 @@ Result<CallAnswer> Engine::Call(const std::string& saga_id, const CallRequest& r
                   {"duplicate_of", a.duplicate_of},
                   {"tool", request.tool},
                   {"args_fingerprint", fp}};
+        if (!request.who.empty()) e.data["by"] = request.who;
         if (request.decision) e.data["decision"] = request.decision->ToJson();
         e.at_ms = options_.clock->NowMs();
         b.journal.push_back(e);
@@ -705,7 +708,9 @@ Result<CallAnswer> Engine::Call(const std::string& saga_id, const CallRequest& r
     const std::string step_id = "c" + std::to_string(index + 1);
     Json next = rec->spec;
     next["steps"].push_back(CallStep(step_id, info, request.args));
-    next["open"]["calls"].push_back({{"call_id", request.call_id}, {"step", step_id}});
+    Json bound = {{"call_id", request.call_id}, {"step", step_id}};
+    if (!request.who.empty()) bound["by"] = request.who;
+    next["open"]["calls"].push_back(std::move(bound));
     auto parsed = ParseOpenPlan(next, *tools_);
     if (!parsed.ok()) return parsed.status();
     SagaMachine machine(SagaState::kOpen);
@@ -735,6 +740,7 @@ Result<CallAnswer> Engine::Call(const std::string& saga_id, const CallRequest& r
               {"key", st.step_key},
               {"args_fingerprint", Fingerprint(request.args)},
               {"repeat", request.repeat}};
+    if (!request.who.empty()) e.data["by"] = request.who;
     if (request.decision) e.data["decision"] = request.decision->ToJson();
     e.at_ms = now;
     b.journal.push_back(e);

@@ -10,7 +10,7 @@
 // its arguments as literals, the compensation and two-phase policy the tool
 // registry declares: ToolInfo::open), the step's row is written, the call id
 // is bound to the step (table open_calls: once per saga), and the journal
-// gets `call_appended` {call_id, step, tool, args_fingerprint, repeat,
+// gets `call_appended` {call_id, step, tool, args_fingerprint, repeat, by,
 // decision}. The saga is then driven like any other: the step runs through
 // the journal protocol (key `<saga id>/c<n>`, `submitted` before the call,
 // keyed retry, unknown outcomes resolved, two-phase and human approval,
@@ -101,6 +101,10 @@ struct CallRequest {
   Json args = Json::object();
   /// The caller means a second effect: no deduplication by arguments.
   bool repeat = false;
+  /// Who makes the call: the calling principal (the server's caller, an
+  /// MCP session's). Recorded with the call (the plan's `open.calls[].by`,
+  /// `call_appended`'s `by`): whoever asked for a call never approves it.
+  std::string who;
   std::optional<ModelDecision> decision;  ///< journaled with `call_appended`
 };
 
@@ -155,6 +159,9 @@ struct OpenPlan {
   struct Call {
     std::string call_id;
     std::string step_id;
+    /// Who made the call (CallRequest::who; "" when not said): a requester
+    /// of its effect, who never approves it (saga/approval_rights.h).
+    std::string by;
   };
   std::vector<Call> calls;  ///< in order: calls[i] is step i
   /// Call ids answered as a repeat of an earlier call (the same write under

@@ -1,7 +1,8 @@
 // A person's decisions: Engine::Resolve (a parked step: applied,
 // not_applied, retry; the undo decisions undone and retry_undo are the undo
-// driver's, compensation/undo.h) and Engine::Decide (an approval, checked
-// and recorded by preview_commit/two_phase.h). Each claims the saga's lease
+// driver's, compensation/undo.h) and Engine::Decide (an approval: who may
+// decide is saga/approval_rights.h, the decision is checked and recorded by
+// preview_commit/two_phase.h). Each claims the saga's lease
 // before it reads the saga, checks and writes under it, then drives the
 // saga on with the same lease. The durable control requests (Cancel, Pause,
 // Resume) are saga/control.cc.
@@ -10,6 +11,7 @@
 
 #include "compensation/undo.h"
 #include "preview_commit/two_phase.h"
+#include "saga/approval_rights.h"
 #include "saga/engine.h"
 #include "saga/machines.h"
 #include "saga/park.h"
@@ -188,6 +190,11 @@ Result<SagaRecord> Engine::Decide(const std::string& token, const ApprovalDecisi
   if (!rec.ok()) return rec.status();
   auto saga = LoadedSaga::From(std::move(rec).value());
   if (!saga.ok()) return saga.status();
+  // Who may decide (saga/approval_rights.h): the same rules for the CLI,
+  // the REST API and the web UI.
+  for (const StepRecord& st : saga->record.steps) {
+    if (st.step_id == claims->step_id) IDEM_RETURN_IF_ERROR(CheckDecider(saga->record, st, d));
+  }
   storage::WriteBatch b;
   auto recorded = preview_commit::RecordApproval(*claims, d, options_.clock->NowMs(), *saga, &b);
   if (!recorded.ok()) return recorded.status();

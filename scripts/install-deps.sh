@@ -5,7 +5,7 @@ set -euo pipefail
 
 PACKAGES=(
   build-essential cmake pkg-config ccache git ca-certificates
-  libboost-dev libpqxx-dev nlohmann-json3-dev libcpp-httplib-dev
+  libboost-dev libboost-locale-dev libpqxx-dev nlohmann-json3-dev libcpp-httplib-dev
   libspdlog-dev libgtest-dev libgmock-dev libsqlitecpp-dev libsqlite3-dev
   libvalijson-dev libcli11-dev libssl-dev prometheus-cpp-dev
   libbenchmark-dev sqlite3 postgresql-15 postgresql-client-15 curl jq

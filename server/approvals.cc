@@ -1,13 +1,12 @@
 // The approval resource: commits waiting for a person, and their decisions.
 
-#include <algorithm>
-#include <optional>
 #include <string>
 #include <utility>
 
 #include "preview_commit/phase.h"
 #include "preview_commit/token.h"
 #include "preview_commit/two_phase.h"
+#include "saga/approval_rights.h"
 #include "saga/engine.h"
 #include "saga/states.h"
 #include "saga/views.h"
@@ -15,6 +14,8 @@
 #include "server/handlers.h"
 #include "server/problem.h"
 #include "server/resources.h"
+
+#include "common/principal_name.h"
 
 namespace idem::server {
 namespace {
@@ -29,6 +30,13 @@ void TokenProblem(HttpResponse& res, const Status& s) {
   if (s.code() == Code::kFailedPrecondition &&
       m.rfind(preview_commit::kRoleMissingMessage, 0) == 0) {
     return Problem(res, 403, "role-missing", "Forbidden", m);
+  }
+  if (s.code() == Code::kFailedPrecondition && m.rfind(kSelfApprovalMessage, 0) == 0) {
+    return Problem(res, 403, "self-approval", "Forbidden", m);
+  }
+  if (s.code() == Code::kFailedPrecondition && m.rfind(kUnauthenticatedMessage, 0) == 0) {
+    return Problem(res, 403, "authentication-required", "Forbidden",
+                   m + " (start the server with --auth FILE)");
   }
   if (s.code() == Code::kInvalidArgument && m == preview_commit::kInvalidTokenMessage) {
     return Problem(res, 403, "invalid-commit-token", "Invalid commit token", m);
@@ -46,38 +54,28 @@ void TokenProblem(HttpResponse& res, const Status& s) {
   ProblemFor(res, s);
 }
 
-bool Holds(const Principal& p, const std::string& role) {
-  return std::find(p.roles.begin(), p.roles.end(), role) != p.roles.end();
+// The decision `p` would make: its name and roles, authenticated unless the
+// server runs without auth (then nobody in particular, with every role).
+ApprovalDecision DecisionOf(const ServerContext& ctx, const Principal& p) {
+  ApprovalDecision d;
+  d.who = p.name;
+  d.roles = p.roles;
+  d.any_role = !ctx.auth->enabled();
+  d.authenticated = ctx.auth->enabled();
+  return d;
 }
 
-// The policy's rule of the commit `step` waits for, when it asks a role.
-std::optional<preview_commit::PolicyDemand> AskedRole(const storage::StepRecord& step) {
-  auto phase = preview_commit::PhaseRecord::FromJson(step.phase);
-  if (!phase || !phase->policy || !phase->policy->pass.empty()) return std::nullopt;
-  return phase->policy;
-}
-
-// Why `p` may not decide on the commit of `step` in `saga`, or "".
+// Why `p` may not decide on the commit of `step` in `saga`, or "": the
+// engine's rules (saga/approval_rights.h), and under a policy a person who
+// already approved this commit.
 std::string WhyNot(const ServerContext& ctx, const Principal& p, const storage::SagaRecord& saga,
                    const storage::StepRecord& step) {
-  if (ctx.auth->enabled() && OwnerOf(saga.summary.intent_key) == p.name) {
-    return p.name +
-           " requested this saga: the requester never counts toward its approval; "
-           "another person decides";
-  }
-  auto policy = AskedRole(step);
-  if (!policy) {
-    return Holds(p, kRoleApprover) || !ctx.auth->enabled()
-               ? ""
-               : "this commit needs the role approver; " + p.name + " holds none";
-  }
-  if (ctx.auth->enabled() && !Holds(p, policy->role)) {
-    return "this commit needs " + std::to_string(policy->quorum) + " distinct " + policy->role +
-           " approval(s); " + p.name + " does not hold the role " + policy->role;
-  }
+  Status s = CheckDecider(saga, step, DecisionOf(ctx, p));
+  if (!s.ok()) return s.message();
   auto phase = preview_commit::PhaseRecord::FromJson(step.phase);
+  if (!phase || !phase->policy) return "";
   for (const auto& a : phase->approvals) {
-    if (a.by == p.name) {
+    if (SameName(a.by, p.name)) {
       return p.name + " already approved this commit at " + FormatTimeMs(a.at_ms) +
              "; another person decides";
     }
@@ -107,7 +105,9 @@ Result<std::vector<PendingApproval>> ListPendingApprovals(ServerContext& ctx) {
     for (const auto& st : rec->steps) {
       auto view = ApprovalView(sum.saga_id, st);
       if (!view) continue;
-      (*view)["requested_by"] = OwnerOf(sum.intent_key);
+      // The caller of an open saga's call, else the saga's owner.
+      const std::vector<std::string> requesters = Requesters(*rec, st.step_id);
+      (*view)["requested_by"] = requesters.empty() ? "" : requesters.back();
       (*view)["spec"] = sum.spec_name;
       out.push_back({*rec, st, std::move(*view)});
     }
@@ -162,40 +162,16 @@ void DecideApproval(ServerContext& ctx, const HttpRequest& req, HttpResponse& re
   const std::string token = req.matches[1];
   auto claims = signer->Open(token);
   if (!claims.ok()) return TokenProblem(res, claims.status());
-  auto rec = ctx.store->LoadSaga(claims->saga_id);
-  if (!rec.ok()) return TokenProblem(res, rec.status());
-  if (ctx.auth->enabled() && OwnerOf(rec->summary.intent_key) == p->name) {
-    return Problem(res, 403, "self-approval", "Forbidden",
-                   "a caller cannot decide on a commit of its own saga (" + p->name +
-                       " requested it: the requester never counts toward its approval)");
-  }
-  // The role the commit needs: its policy's rule, else approver.
-  std::optional<preview_commit::PolicyDemand> policy;
-  for (const auto& st : rec->steps) {
-    if (st.step_id == claims->step_id) policy = AskedRole(st);
-  }
-  if (ctx.auth->enabled()) {
-    const std::string role = policy ? policy->role : kRoleApprover;
-    if (!Holds(*p, role)) {
-      return Problem(res, 403, policy ? "role-missing" : "forbidden", "Forbidden",
-                     policy ? std::string(preview_commit::kRoleMissingMessage) + role + ": " +
-                                  p->name + " does not hold it (the commit needs " +
-                                  std::to_string(policy->quorum) + " distinct " + role +
-                                  " approval(s))"
-                            : "this operation needs the role approver");
-    }
-  }
+  // Who may decide (the role, the requester) is the engine's to check, for
+  // every surface alike (saga/approval_rights.h).
   if (!ctx.pool->BeginDrive(claims->saga_id)) {
     res.SetHeader("Retry-After", "1");
     return Problem(res, 409, "saga-busy", "Saga is being driven",
                    "the saga is busy; decide again in a moment");
   }
-  ApprovalDecision d;
+  ApprovalDecision d = DecisionOf(ctx, *p);
   d.approve = approve;
-  d.who = p->name;
   d.note = note;
-  d.roles = p->roles;
-  d.any_role = !ctx.auth->enabled();
   auto out = ctx.engine->Decide(token, d);
   ctx.pool->EndDrive(claims->saga_id);
   if (!out.ok()) return TokenProblem(res, out.status());

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <fstream>
+#include <map>
 #include <set>
 #include <sstream>
 
@@ -10,6 +11,7 @@
 #include "server/problem.h"
 
 #include "common/json_util.h"
+#include "common/principal_name.h"
 #include <openssl/crypto.h>
 #include <sys/stat.h>
 
@@ -17,16 +19,6 @@ namespace idem::server {
 namespace {
 
 constexpr size_t kMaxBearerBytes = 4096;
-
-bool ValidName(const std::string& s, size_t max) {
-  if (s.empty() || s.size() > max) return false;
-  for (char c : s) {
-    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-              c == '.' || c == '_' || c == '-';
-    if (!ok) return false;
-  }
-  return true;
-}
 
 bool IsHex64(const std::string& s) {
   if (s.size() != 64) return false;
@@ -47,7 +39,7 @@ Result<std::vector<Principal>> ParsePrincipals(const std::string& json_text) {
   if (!doc.ok()) return doc.status();
   if (!doc->is_array()) return Status::InvalidArgument("auth: expected a JSON array");
   std::vector<Principal> out;
-  std::set<std::string> names, hashes;
+  std::set<std::string> hashes;
   for (size_t i = 0; i < doc->size(); ++i) {
     const Json& e = (*doc)[i];
     std::string at = "auth[" + std::to_string(i) + "]";
@@ -58,9 +50,12 @@ Result<std::vector<Principal>> ParsePrincipals(const std::string& json_text) {
       }
     }
     Principal p;
-    if (!e.contains("name") || !e["name"].is_string() ||
-        !ValidName(p.name = e["name"].get<std::string>(), 64)) {
-      return Status::InvalidArgument(at + ".name: expected [A-Za-z0-9._-]{1,64}");
+    if (!e.contains("name") || !e["name"].is_string()) {
+      return Status::InvalidArgument(at + ".name: expected a string");
+    }
+    p.name = e["name"].get<std::string>();
+    if (std::string problem = PrincipalNameProblem(p.name); !problem.empty()) {
+      return Status::InvalidArgument(at + ".name: " + problem);
     }
     if (!e.contains("token_sha256") || !e["token_sha256"].is_string() ||
         !IsHex64(p.token_sha256 = e["token_sha256"].get<std::string>())) {
@@ -84,15 +79,43 @@ Result<std::vector<Principal>> ParsePrincipals(const std::string& json_text) {
       }
       p.roles.push_back(role.get<std::string>());
     }
-    if (!names.insert(p.name).second) {
-      return Status::InvalidArgument(at + ".name: \"" + p.name + "\" appears twice");
-    }
     if (!hashes.insert(p.token_sha256).second) {
       return Status::InvalidArgument(at + ".token_sha256: the same token appears twice");
     }
     out.push_back(std::move(p));
   }
+  IDEM_RETURN_IF_ERROR(CheckDistinctNames(out, "auth"));
   return out;
+}
+
+Status CheckDistinctNames(const std::vector<Principal>& principals, const std::string& list) {
+  // One person, one name: names that fold alike (NFKC + case fold) would
+  // count twice toward a quorum, or let a requester approve as another.
+  std::map<std::string, size_t> seen;  // folded name -> the first entry with it
+  for (size_t i = 0; i < principals.size(); ++i) {
+    const std::string& name = principals[i].name;
+    auto [first, fresh] = seen.emplace(FoldName(name), i);
+    if (fresh) continue;
+    const std::string& other = principals[first->second].name;
+    return Status::InvalidArgument(
+        list + "[" + std::to_string(i) + "].name: " + Json(name).dump() + " and " + list + "[" +
+        std::to_string(first->second) + "].name " + Json(other).dump() +
+        (other == name ? std::string(" are the same name")
+                       : " are one name to idem (compared after Unicode NFKC normalization and "
+                         "case folding)") +
+        ": give each caller its own name");
+  }
+  return Status::Ok();
+}
+
+const Principal* PrincipalForToken(const std::vector<Principal>& principals,
+                                   const std::string& token) {
+  const std::string hash = Sha256Hex(token);
+  const Principal* found = nullptr;
+  for (const Principal& p : principals) {  // every entry: no early exit
+    if (CRYPTO_memcmp(p.token_sha256.data(), hash.data(), hash.size()) == 0) found = &p;
+  }
+  return found;
 }
 
 Result<std::vector<Principal>> LoadPrincipals(const std::string& path) {
@@ -131,12 +154,7 @@ const Principal* Authenticator::Identify(const HttpRequest& req) const {
   std::string token = h.substr(7);
   while (!token.empty() && token.front() == ' ') token.erase(0, 1);
   if (token.empty()) return nullptr;
-  const std::string hash = Sha256Hex(token);
-  const Principal* found = nullptr;
-  for (const Principal& p : principals_) {  // every entry: no early exit
-    if (CRYPTO_memcmp(p.token_sha256.data(), hash.data(), hash.size()) == 0) found = &p;
-  }
-  return found;
+  return PrincipalForToken(principals_, token);
 }
 
 const Principal* Authenticator::IdentifyToken(const std::string& token) const {

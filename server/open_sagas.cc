@@ -271,6 +271,7 @@ void PostCall(ServerContext& ctx, const HttpRequest& req, HttpResponse& res) {
   }
   cr.tool = b["tool"].get<std::string>();
   cr.args = b.value("args", Json::object());
+  cr.who = p->name;  // the requester of the call's effect: never its approver
   if (b.contains("repeat")) {
     if (!b["repeat"].is_boolean()) {
       return Problem(res, 422, "invalid-call", "Invalid call", "repeat: expected true or false");

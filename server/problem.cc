@@ -4,6 +4,8 @@
 #include <cctype>
 #include <utility>
 
+#include "common/utf8.h"
+
 namespace idem::server {
 
 void Problem(HttpResponse& res, int status, const std::string& type, const std::string& title,
@@ -71,40 +73,14 @@ void ProblemForHttpError(HttpResponse& res) {
 }
 
 bool IsValidUtf8(const std::string& s) {
-  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
-  size_t n = s.size();
   size_t i = 0;
-  while (i < n) {
-    unsigned char c = p[i];
-    if (c < 0x80) {
+  while (i < s.size()) {
+    if (static_cast<unsigned char>(s[i]) < 0x80) {  // the common case
       ++i;
       continue;
     }
-    int len = 0;
-    unsigned cp = 0;
-    if (c >= 0xC2 && c <= 0xDF) {
-      len = 2;
-      cp = c & 0x1F;
-    } else if (c >= 0xE0 && c <= 0xEF) {
-      len = 3;
-      cp = c & 0x0F;
-    } else if (c >= 0xF0 && c <= 0xF4) {
-      len = 4;
-      cp = c & 0x07;
-    } else {
-      return false;
-    }
-    if (i + len > n) return false;
-    for (int k = 1; k < len; ++k) {
-      unsigned char cc = p[i + k];
-      if ((cc & 0xC0) != 0x80) return false;
-      cp = (cp << 6) | (cc & 0x3F);
-    }
-    if ((len == 3 && cp < 0x800) || (len == 4 && (cp < 0x10000 || cp > 0x10FFFF)) ||
-        (cp >= 0xD800 && cp <= 0xDFFF)) {
-      return false;
-    }
-    i += len;
+    uint32_t cp = 0;
+    if (!NextCodePoint(s, &i, &cp)) return false;
   }
   return true;
 }

@@ -3,16 +3,14 @@
 #include <algorithm>
 #include <utility>
 
+#include "saga/approval_rights.h"
 #include "saga/open_saga.h"
 #include "saga/views.h"
 #include "server/problem.h"
 
 namespace idem::server {
 
-std::string OwnerOf(const std::string& intent_key) {
-  size_t colon = intent_key.find(':');
-  return colon == std::string::npos ? "" : intent_key.substr(0, colon);
-}
+std::string OwnerOf(const std::string& intent_key) { return IntentKeyOwner(intent_key); }
 
 std::string ClientKeyOf(const std::string& intent_key) {
   size_t colon = intent_key.find(':');

@@ -65,6 +65,7 @@ Result<std::unique_ptr<Server>> Server::Create(storage::Store* store, const Tool
           options.host);
     }
   }
+  IDEM_RETURN_IF_ERROR(CheckDistinctNames(options.principals, "principals"));
   if (options.workers < 1 || options.workers > 256) {
     return Status::InvalidArgument("server: workers must be 1..256");
   }

@@ -71,15 +71,29 @@ namespace idem::server {
 
 /// A caller allowed in, from the --auth file.
 struct Principal {
-  std::string name;                ///< [A-Za-z0-9._-]{1,64}
+  /// 1 to 64 bytes (common/principal_name.h, PrincipalNameProblem), unique
+  /// after folding (NFKC + case fold): "maria" and "Maria" are one name.
+  std::string name;
   std::string token_sha256;        ///< lower-case hex SHA-256 of the bearer token
   std::vector<std::string> roles;  ///< "agent", "approver", "operator", or a policy's ("finance")
 };
 
 /// Parses an auth document: [{"name": ..., "token_sha256": ..., "roles": [...]}, ...].
 /// kInvalidArgument naming the place (`[1].roles[0]: unknown role "admin"`);
-/// duplicate names or token hashes are errors.
+/// duplicate token hashes are errors, and so are names that fold alike
+/// (CheckDistinctNames).
 Result<std::vector<Principal>> ParsePrincipals(const std::string& json_text);
+
+/// kInvalidArgument naming both entries (`<list>[2].name: "Maria" and
+/// <list>[0].name "maria" are one name to idem ...`) when two names fold
+/// alike (common/principal_name.h): they would count as two people toward a
+/// quorum, or let a requester approve as another.
+Status CheckDistinctNames(const std::vector<Principal>& principals, const std::string& list);
+
+/// The principal whose bearer token is `token` (its SHA-256 compared in
+/// constant time with every entry's), or nullptr.
+const Principal* PrincipalForToken(const std::vector<Principal>& principals,
+                                   const std::string& token);
 
 /// Reads and parses an auth file. kNotFound when it cannot be read; refuses
 /// (kFailedPrecondition) a file that group or others may write, and

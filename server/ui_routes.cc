@@ -5,6 +5,7 @@
 #include <string>
 #include <utility>
 
+#include "saga/approval_rights.h"
 #include "saga/open_saga.h"
 #include "saga/states.h"
 #include "saga/views.h"
@@ -18,6 +19,7 @@
 #include "server/ui_session.h"
 
 #include "common/json_util.h"
+#include "common/principal_name.h"
 
 namespace idem::server {
 namespace {
@@ -290,7 +292,11 @@ class Api {
         v["intent_key"] = ClientKeyOf(a.saga.summary.intent_key);
         v["saga_created_at"] = FormatTimeMs(a.saga.summary.created_ms);
         v["description"] = a.saga.spec.value("description", "");
-        v["own"] = ctx_->auth->enabled() && OwnerOf(a.saga.summary.intent_key) == me.name;
+        bool own = false;  // whoever asked for the commit: the card says another decides
+        for (const std::string& r : Requesters(a.saga, a.step.step_id)) {
+          own = own || SameName(r, me.name);
+        }
+        v["own"] = ctx_->auth->enabled() && own;
         v.update(MayDecide(*ctx_, me, a));
         // Why the agent asked: the model decision journaled with this call
         // (an open saga) or with the submission (a spec saga).

@@ -16,6 +16,7 @@
 #include "compensation/rollback.h"
 #include "preview_commit/token.h"
 #include "preview_commit/two_phase.h"
+#include "saga/approval_rights.h"
 #include "saga/engine.h"
 #include "saga/spec.h"
 #include "storage/store.h"
@@ -107,8 +108,11 @@ class ApprovalPolicyTest : public ::testing::TestWithParam<std::string> {
     return spec.ok() ? *spec : SagaSpec{};
   }
 
-  storage::SagaRecord SubmitAndRun(Engine& e, const SagaSpec& spec, int64_t amount) {
-    auto sub = e.Submit(spec, {{"amount", amount}}, "pay-" + std::to_string(++submitted_));
+  // `owner`: the principal that submits it (the server's intent key prefix).
+  storage::SagaRecord SubmitAndRun(Engine& e, const SagaSpec& spec, int64_t amount,
+                                   const std::string& owner = "") {
+    auto sub = e.Submit(spec, {{"amount", amount}},
+                        (owner.empty() ? "" : owner + ":") + "pay-" + std::to_string(++submitted_));
     EXPECT_OK(sub);
     auto rec = e.Run(sub.ok() ? sub->saga_id : "");
     EXPECT_OK(rec);
@@ -119,11 +123,14 @@ class ApprovalPolicyTest : public ::testing::TestWithParam<std::string> {
     return rec.steps[1].phase.value("token", "");
   }
 
+  // An authenticated person's decision (the server's caller, the CLI with a
+  // credential): `who` and `roles` from the auth file.
   static ApprovalDecision As(const std::string& who, std::vector<std::string> roles,
                              bool approve = true) {
     ApprovalDecision d;
     d.approve = approve;
     d.who = who;
+    d.authenticated = true;
     d.roles = std::move(roles);
     d.note = approve ? "checked the invoice" : "not our supplier";
     return d;
@@ -366,6 +373,105 @@ TEST_P(ApprovalPolicyTest, ConditionsOverArgsAndInputAndMissingPathsFallThrough)
   auto asked = Events(other->saga_id, "awaiting_approval");
   ASSERT_EQ(asked.size(), 1u);
   EXPECT_EQ(asked[0].data["policy"]["rule"], 2);
+}
+
+// A decision that counts toward a role or a quorum comes from a person who
+// proved who they are: the CLI's `--as maria --role finance`, taken on its
+// word, once let one local user fill a two-person quorum as `--as a` and
+// `--as b`.
+TEST_P(ApprovalPolicyTest, AnUnauthenticatedDecisionNeverCountsTowardAPolicy) {
+  Engine e(store_.get(), &tools_, Options());
+  auto waiting = SubmitAndRun(e, PaySpec(PolicyTable()), 900'000);
+  ASSERT_EQ(waiting.summary.state, "awaiting_approval");
+  for (const char* who : {"a", "b"}) {
+    ApprovalDecision d = As(who, {"finance"});
+    d.authenticated = false;
+    auto refused = e.Decide(TokenOf(waiting), d);
+    ASSERT_FALSE(refused.ok()) << who;
+    EXPECT_EQ(refused.status().code(), Code::kFailedPrecondition);
+    EXPECT_EQ(refused.status().message().rfind(kUnauthenticatedMessage, 0), 0u)
+        << refused.status().message();
+    EXPECT_NE(refused.status().message().find("2 distinct finance approval(s)"), std::string::npos)
+        << refused.status().message();
+  }
+  EXPECT_TRUE(Events(waiting.summary.saga_id, "approval_counted").empty());
+  EXPECT_EQ(Charges(waiting), 0);
+  // Two authenticated people fill it; the journal says they were.
+  ASSERT_OK(e.Decide(TokenOf(waiting), As("maria", {"finance"})));
+  auto done = e.Decide(TokenOf(waiting), As("jonas", {"finance"}));
+  ASSERT_OK(done);
+  EXPECT_EQ(done->summary.state, "succeeded");
+  auto approved = Events(waiting.summary.saga_id, "approved");
+  ASSERT_EQ(approved.size(), 1u);
+  EXPECT_EQ(approved[0].data["authenticated"], true);
+}
+
+// One person under two spellings is one person: the second is "already
+// approved", and the quorum still waits for someone else.
+TEST_P(ApprovalPolicyTest, NamesThatFoldAlikeAreOnePersonTowardTheQuorum) {
+  Engine e(store_.get(), &tools_, Options());
+  auto waiting = SubmitAndRun(e, PaySpec(PolicyTable()), 900'000);
+  ASSERT_EQ(waiting.summary.state, "awaiting_approval");
+  ASSERT_OK(e.Decide(TokenOf(waiting), As("maria", {"finance"})));
+  for (const std::string& twin : {std::string("Maria"), std::string("MARIA"),
+                                  std::string("\xEF\xBD\x8D"
+                                              "aria")}) {  // fullwidth m
+    auto twice = e.Decide(TokenOf(waiting), As(twin, {"finance"}));
+    ASSERT_FALSE(twice.ok()) << twin;
+    EXPECT_EQ(twice.status().code(), Code::kConflict) << twin;
+    EXPECT_NE(twice.status().message().find("already approved by"), std::string::npos)
+        << twice.status().message();
+  }
+  EXPECT_EQ(Events(waiting.summary.saga_id, "approval_counted").size(), 1u);
+  EXPECT_EQ(Charges(waiting), 0);
+  auto done = e.Decide(TokenOf(waiting), As("jonas", {"finance"}));
+  ASSERT_OK(done);
+  EXPECT_EQ(done->summary.state, "succeeded");
+}
+
+// Whoever asked for a commit never decides on it, however the name is
+// spelled and whatever the surface: the engine refuses it.
+TEST_P(ApprovalPolicyTest, TheRequesterNeverDecidesOnItsOwnCommit) {
+  Engine e(store_.get(), &tools_, Options());
+  auto waiting = SubmitAndRun(e, PaySpec(PolicyTable()), 250'000, "ana");
+  ASSERT_EQ(waiting.summary.state, "awaiting_approval");
+  for (const std::string& self : {std::string("ana"), std::string("ANA")}) {
+    auto own = e.Decide(TokenOf(waiting), As(self, {"finance"}));
+    ASSERT_FALSE(own.ok()) << self;
+    EXPECT_EQ(own.status().code(), Code::kFailedPrecondition);
+    EXPECT_EQ(own.status().message().rfind(kSelfApprovalMessage, 0), 0u) << own.status().message();
+    auto rejected = e.Decide(TokenOf(waiting), As(self, {"finance"}, /*approve=*/false));
+    EXPECT_EQ(rejected.status().message().rfind(kSelfApprovalMessage, 0), 0u) << self;
+  }
+  EXPECT_EQ(Charges(waiting), 0);
+  // "approval": "human": the same, for an authenticated approver or a name
+  // given on the command line's word; a server without auth (any_role) has
+  // nobody in particular to compare.
+  auto human = SubmitAndRun(e, PaySpec("human"), 100, "ana");
+  ASSERT_EQ(human.summary.state, "awaiting_approval");
+  EXPECT_EQ(e.Decide(TokenOf(human), As("Ana", {"approver"}))
+                .status()
+                .message()
+                .rfind(kSelfApprovalMessage, 0),
+            0u);
+  ApprovalDecision word;
+  word.approve = true;
+  word.who = "ana";
+  EXPECT_EQ(e.Decide(TokenOf(human), word).status().message().rfind(kSelfApprovalMessage, 0), 0u);
+  // An authenticated person without the role approver: refused too.
+  auto no_role = e.Decide(TokenOf(human), As("omar", {"finance"}));
+  EXPECT_EQ(no_role.status().message().rfind(preview_commit::kRoleMissingMessage, 0), 0u)
+      << no_role.status().message();
+  ApprovalDecision anonymous;
+  anonymous.approve = true;
+  anonymous.who = "ana";
+  anonymous.any_role = true;
+  auto done = e.Decide(TokenOf(human), anonymous);
+  ASSERT_OK(done);
+  EXPECT_EQ(done->summary.state, "succeeded");
+  auto approved = Events(human.summary.saga_id, "approved");
+  ASSERT_EQ(approved.size(), 1u);
+  EXPECT_EQ(approved[0].data["authenticated"], false);
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, ApprovalPolicyTest, ::testing::Values("sqlite", "postgresql"),

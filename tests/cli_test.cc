@@ -97,23 +97,25 @@ class CliTest : public testing::Test {
     if (!HasFailure()) fs::remove_all(dir_);
   }
 
-  /// Starts travel-booking with exactly `args` (no global options added).
-  Proc Start(const std::vector<std::string>& args) {
+  /// Starts travel-booking with exactly `args` (no global options added)
+  /// and `env` ("NAME=value") besides the test's environment.
+  Proc Start(const std::vector<std::string>& args, const std::vector<std::string>& env = {}) {
     Proc p;
     p.out = dir_ / ("p" + std::to_string(++count_) + ".out");
     p.err = dir_ / ("p" + std::to_string(count_) + ".err");
-    p.pid = test::SpawnProcess(kBinary, args, p.out.string(), p.err.string());
+    p.pid = test::SpawnProcess(kBinary, args, p.out.string(), p.err.string(), env);
     return p;
   }
-  Proc Run(const std::vector<std::string>& args) {
-    Proc p = Start(args);
+  Proc Run(const std::vector<std::string>& args, const std::vector<std::string>& env = {}) {
+    Proc p = Start(args, env);
     p.Wait();
     return p;
   }
 
-  /// Runs the trip to its human approval; returns the payment's token.
-  std::string RunToApproval(const std::vector<std::string>& extra = {}) {
-    std::vector<std::string> args = {"run",  kTripSpec, "--input", std::string("@") + kTripInput,
+  /// Runs the trip (`spec`) to its approval; returns the payment's token.
+  std::string RunToApproval(const std::vector<std::string>& extra = {},
+                            const std::string& spec = kTripSpec) {
+    std::vector<std::string> args = {"run",  spec, "--input", std::string("@") + kTripInput,
                                      "--db", db_};
     args.insert(args.end(), extra.begin(), extra.end());
     Proc run = Run(args);
@@ -153,6 +155,128 @@ class CliTest : public testing::Test {
   std::string run_stderr_;
   int count_ = 0;
 };
+
+// ---- who decides: a credential checked against the auth file
+
+std::string Sha256Hex(const std::string& s) {
+  unsigned char md[SHA256_DIGEST_LENGTH];
+  SHA256(reinterpret_cast<const unsigned char*>(s.data()), s.size(), md);
+  static const char* hex = "0123456789abcdef";
+  std::string out;
+  for (unsigned char c : md) {
+    out += hex[c >> 4];
+    out += hex[c & 15];
+  }
+  return out;
+}
+
+// Writes `text` to `name` in the test's directory, readable by its owner
+// only (mode 0600 unless `mode` says otherwise); returns its path.
+std::string Private(const fs::path& dir, const std::string& name, const std::string& text,
+                    fs::perms mode = fs::perms::owner_read | fs::perms::owner_write) {
+  const fs::path p = dir / name;
+  std::ofstream(p) << text;
+  fs::permissions(p, mode);
+  return p.string();
+}
+
+// A two-person finance quorum (tests/specs/trip_quorum.json) could once be
+// filled by one local user as `--as a --role finance`, then `--as b --role
+// finance`: the command line's word. Now a decision that counts toward it
+// needs a credential checked against the auth file, and the roles are the
+// auth file's.
+TEST_F(CliTest, ApprovalsUnderAPolicyNeedACredentialCheckedAgainstTheAuthFile) {
+  const std::string quorum = IDEM_SOURCE_DIR "/tests/specs/trip_quorum.json";
+  const std::string token = RunToApproval({}, quorum);
+  ASSERT_FALSE(token.empty());
+  const std::string auth = Private(
+      dir_, "auth.json",
+      Json::array(
+          {{{"name", "maria"},
+            {"token_sha256", Sha256Hex("tok-maria")},
+            {"roles", {"approver", "finance"}}},
+           {{"name", "jonas"}, {"token_sha256", Sha256Hex("tok-jonas")}, {"roles", {"finance"}}},
+           {{"name", "omar"}, {"token_sha256", Sha256Hex("tok-omar")}, {"roles", {"approver"}}}})
+          .dump());
+  const std::string maria = Private(dir_, "maria.token", "tok-maria\n");
+  auto approve = [&](std::vector<std::string> extra, std::vector<std::string> env = {}) {
+    std::vector<std::string> args = {"approve", token, "--db", db_};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return Run(args, env);
+  };
+  auto state = [&] {
+    Proc list = Run({"approvals", "--json", "--db", db_});
+    Json pending = Json::parse(list.stdout_text, nullptr, false);
+    return pending.is_array() && !pending.empty() ? pending[0] : Json();
+  };
+  // The command line's word: refused, and the message says how to pass a credential.
+  for (const char* who : {"a", "b"}) {
+    Proc word = approve({"--as", who, "--role", "finance"});
+    EXPECT_EQ(word.code, cli::kExitUsage) << word.Describe();
+    EXPECT_NE(word.stderr_text.find("--role is no longer taken"), std::string::npos)
+        << word.Describe();
+    Proc bare = approve({"--as", who});
+    EXPECT_EQ(bare.code, cli::kExitUsage) << bare.Describe();
+    EXPECT_NE(bare.stderr_text.find("authentication required"), std::string::npos)
+        << bare.Describe();
+    EXPECT_NE(bare.stderr_text.find("--credential @FILE"), std::string::npos) << bare.Describe();
+    EXPECT_NE(bare.stderr_text.find("IDEM_CREDENTIAL"), std::string::npos) << bare.Describe();
+  }
+  EXPECT_EQ(state()["approvals"].size(), 0u) << "nothing counted";
+  // Credentials given wrongly: each refused with what to do instead.
+  const std::vector<std::pair<std::vector<std::string>, std::string>> wrong = {
+      {{"--auth", auth, "--credential", "tok-maria"}, "visible to every local user"},
+      {{"--credential", "@" + maria}, "give --auth FILE"},
+      {{"--auth", auth}, "needs your credential"},
+      {{"--auth", auth, "--credential",
+        "@" + Private(dir_, "shared.token", "tok-maria",
+                      fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_read)},
+       "chmod 600"},
+      {{"--auth", auth, "--credential", "@" + Private(dir_, "nobody.token", "tok-nobody")},
+       "matches no caller of " + auth},
+      {{"--auth", auth, "--credential", "@" + maria, "--as", "jonas"}, "the credential is maria's"},
+      {{"--auth", auth, "--credential", "@" + Private(dir_, "omar.token", "tok-omar")},
+       "does not hold the role finance"},
+  };
+  for (const auto& [extra, message] : wrong) {
+    Proc p = approve(extra);
+    EXPECT_EQ(p.code, cli::kExitUsage) << message << "\n" << p.Describe();
+    EXPECT_NE(p.stderr_text.find(message), std::string::npos) << p.Describe();
+    EXPECT_EQ(p.stderr_text.find("tok-"), std::string::npos) << "no token in the message";
+  }
+  // maria proves who she is: counted, one of two (exit 7).
+  Proc first = approve({"--auth", auth, "--credential", "@" + maria, "--as", "Maria"});
+  EXPECT_EQ(first.code, cli::kExitAwaitingApproval) << first.Describe();
+  Json after = state();
+  ASSERT_EQ(after["approvals"].size(), 1u) << after.dump();
+  EXPECT_EQ(after["approvals"][0]["by"], "maria");
+  // maria again, by the environment variable: the same person (exit 10).
+  Proc again = approve({"--auth", auth}, {"IDEM_CREDENTIAL=tok-maria"});
+  EXPECT_EQ(again.code, cli::kExitAlreadyDecided) << again.Describe();
+  // jonas, by the environment variable: the quorum is met, the trip pays.
+  Proc second = approve({"--auth", auth, "--note", "invoice ok"}, {"IDEM_CREDENTIAL=tok-jonas"});
+  EXPECT_EQ(second.code, cli::kExitOk) << second.Describe();
+}
+
+// An auth file whose names fold alike (NFKC + case fold) is refused, naming
+// both: "maria" and "Maria" would count as two people.
+TEST_F(CliTest, AnAuthFileWithNamesThatFoldAlikeIsRefusedNamingBoth) {
+  const std::string token = RunToApproval();
+  ASSERT_FALSE(token.empty());
+  const std::string auth = Private(
+      dir_, "auth.json",
+      Json::array({{{"name", "maria"}, {"token_sha256", Sha256Hex("t1")}, {"roles", {"approver"}}},
+                   {{"name", "Maria"}, {"token_sha256", Sha256Hex("t2")}, {"roles", {"approver"}}}})
+          .dump());
+  Proc p = Run({"approve", token, "--db", db_, "--auth", auth}, {"IDEM_CREDENTIAL=t2"});
+  EXPECT_EQ(p.code, cli::kExitUsage) << p.Describe();
+  EXPECT_NE(p.stderr_text.find("auth[1].name: \"Maria\" and auth[0].name \"maria\" are one name"),
+            std::string::npos)
+      << p.Describe();
+  // Without a credential, --as still names who decides an "approval": "human" commit.
+  Proc word = Run({"approve", token, "--db", db_, "--as", "maria"});
+  EXPECT_EQ(word.code, cli::kExitOk) << word.Describe();
+}
 
 // ---- global options after the subcommand
 
@@ -290,18 +414,6 @@ std::vector<std::string> KeySecrets(const std::string& keys_path) {
   Json doc = Json::parse(Slurp(keys_path), nullptr, false);
   if (!doc.is_object() || !doc["keys"].is_object()) return out;
   for (const auto& [id, k] : doc["keys"].items()) out.push_back(k.value("secret", ""));
-  return out;
-}
-
-std::string Sha256Hex(const std::string& s) {
-  unsigned char md[SHA256_DIGEST_LENGTH];
-  SHA256(reinterpret_cast<const unsigned char*>(s.data()), s.size(), md);
-  static const char* hex = "0123456789abcdef";
-  std::string out;
-  for (unsigned char c : md) {
-    out += hex[c >> 4];
-    out += hex[c & 15];
-  }
   return out;
 }
 

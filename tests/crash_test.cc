@@ -2444,8 +2444,28 @@ constexpr const char* kQuorumSpec = IDEM_SOURCE_DIR "/tests/specs/trip_quorum.js
 
 class QuorumCrashTest : public CrashTest {
  protected:
-  static std::vector<std::string> ApproveAs(const std::string& token, const std::string& who) {
-    return {"approve", token, "--as", who, "--role", "finance", "--note", "ok by " + who};
+  // The approvers prove who they are: an auth file (as `serve --auth`
+  // reads) and a credential file each (owner-only); omar holds no finance.
+  std::string AuthFile() {
+    const fs::path auth = dir_ / "auth.json";
+    if (fs::exists(auth)) return auth.string();
+    Json callers = Json::array();
+    for (const auto& [who, roles] : std::vector<std::pair<std::string, Json>>{
+             {"maria", {"approver", "finance"}}, {"jonas", {"finance"}}, {"omar", {"approver"}}}) {
+      const std::string token = "credential-of-" + who;
+      callers.push_back({{"name", who}, {"token_sha256", Sha256Hex(token)}, {"roles", roles}});
+      const fs::path file = dir_ / (who + ".token");
+      std::ofstream(file) << token;
+      fs::permissions(file, fs::perms::owner_read | fs::perms::owner_write);
+    }
+    std::ofstream(auth) << callers.dump();
+    fs::permissions(auth, fs::perms::owner_read | fs::perms::owner_write);
+    return auth.string();
+  }
+  std::vector<std::string> ApproveAs(const std::string& token, const std::string& who) {
+    return {"approve",  token,          "--auth",
+            AuthFile(), "--credential", "@" + (dir_ / (who + ".token")).string(),
+            "--note",   "ok by " + who};
   }
 
   // `run` to the approval: the saga waits for two finance approvals.
@@ -2508,8 +2528,11 @@ TEST_F(QuorumCrashTest, AKillAfterTheFirstApprovalKeepsItAndTheSecondCommitsOnce
   // maria again: refused, nothing changes (exit 10).
   ProcessExit twice = Travel(ApproveAs(token, "maria"));
   EXPECT_TRUE(twice.Exited(cli::kExitAlreadyDecided)) << twice;
-  // Without --role finance: refused (exit 2).
-  ProcessExit no_role = Travel({"approve", token, "--as", "omar"});
+  // A name without a credential counts for nothing toward the policy, and
+  // omar's credential holds no finance: both refused (exit 2).
+  ProcessExit unproven = Travel({"approve", token, "--as", "jonas"});
+  EXPECT_TRUE(unproven.Exited(cli::kExitUsage)) << unproven;
+  ProcessExit no_role = Travel(ApproveAs(token, "omar"));
   EXPECT_TRUE(no_role.Exited(cli::kExitUsage)) << no_role;
   ProcessExit second = Travel(ApproveAs(token, "jonas"));
   EXPECT_TRUE(second.Exited(cli::kExitOk)) << second;

@@ -17,6 +17,7 @@
 #include <gtest/gtest.h>
 
 #include "preview_commit/token.h"
+#include "saga/approval_rights.h"
 #include "saga/engine.h"
 #include "saga/states.h"
 #include "storage/store.h"
@@ -412,6 +413,51 @@ TEST_P(OpenSagaTest, ATwoPhaseCallWaitsForApprovalThenTheSameCallIdAnswersSuccee
   EXPECT_EQ(Calls("pay"), 1);
   EXPECT_EQ(State(id), "open");
   ASSERT_OK(e.Commit(id, "agent"));
+}
+
+// The requester of a call's effect is whoever made the call (recorded with
+// it), and the saga's owner: neither approves it, whatever the surface.
+TEST_P(OpenSagaTest, NeitherTheCallerNorTheSagasOwnerApprovesTheCall) {
+  Engine e(store_.get(), &tools_, Options());
+  BeginRequest br;
+  br.intent_key = "ana:shop";  // begun by the principal ana (the server's key prefix)
+  br.tools = {"pay.charge"};
+  ASSERT_OK_AND_ASSIGN(auto begun, e.Begin(br));
+  CallRequest cr;
+  cr.call_id = "m1";
+  cr.tool = "pay.charge";
+  cr.args = {{"eur", 999}};
+  cr.who = "mallory";  // an operator calling in ana's saga
+  ASSERT_OK_AND_ASSIGN(auto a, e.Call(begun.saga_id, cr));
+  ASSERT_EQ(a.state, "awaiting_approval");
+  ASSERT_OK_AND_ASSIGN(auto rec, store_->LoadSaga(begun.saga_id));
+  EXPECT_EQ(rec.spec["open"]["calls"][0]["by"], "mallory");
+  bool journaled = false;
+  for (const auto& j : Journal(begun.saga_id)) {
+    journaled |= j.event == "call_appended" && j.data.value("by", "") == "mallory";
+  }
+  EXPECT_TRUE(journaled);
+  const std::string token = rec.steps[0].phase["token"].get<std::string>();
+  for (const char* self : {"mallory", "Mallory", "ana"}) {
+    ApprovalDecision d;
+    d.approve = true;
+    d.who = self;
+    d.authenticated = true;
+    d.roles = {"approver", "operator"};
+    auto refused = e.Decide(token, d);
+    ASSERT_FALSE(refused.ok()) << self;
+    EXPECT_EQ(refused.status().message().rfind(kSelfApprovalMessage, 0), 0u)
+        << refused.status().message();
+  }
+  EXPECT_EQ(Calls("pay"), 0);
+  ApprovalDecision olga;
+  olga.approve = true;
+  olga.who = "olga";
+  olga.authenticated = true;
+  olga.roles = {"approver"};
+  ASSERT_OK(e.Decide(token, olga));
+  EXPECT_EQ(Call(e, begun.saga_id, "m1", "pay.charge", {{"eur", 999}}).state, "succeeded");
+  EXPECT_EQ(Calls("pay"), 1);
 }
 
 TEST_P(OpenSagaTest, IdleTimeoutRollsBackOrPausesDurablyAcrossARestart) {

@@ -63,7 +63,8 @@ std::string ReadFile(const std::string& path) {
 }
 
 int SpawnProcess(const std::string& binary, const std::vector<std::string>& args,
-                 const std::string& out, const std::string& err) {
+                 const std::string& out, const std::string& err,
+                 const std::vector<std::string>& extra_env) {
   std::vector<std::string> argv = {binary};
   argv.insert(argv.end(), args.begin(), args.end());
   std::vector<char*> cargs;
@@ -75,6 +76,7 @@ int SpawnProcess(const std::string& binary, const std::vector<std::string>& args
     if (var.rfind("IDEM_", 0) == 0 || var.rfind("TRAVEL_", 0) == 0) continue;
     env.push_back(var);
   }
+  env.insert(env.end(), extra_env.begin(), extra_env.end());
   std::vector<char*> cenv;
   for (auto& e : env) cenv.push_back(e.data());
   cenv.push_back(nullptr);

@@ -164,10 +164,12 @@ std::string ReadFile(const std::string& path);
 /// Starts `binary` with `args` (argv[0] is the binary itself): stdin from
 /// /dev/null, stdout and stderr into the files `out` and `err`, and this
 /// process's environment without its IDEM_* and TRAVEL_* variables (so a
-/// test's settings cannot leak into the child). Returns the child's pid, or
-/// -1 after adding a test failure.
+/// test's settings cannot leak into the child), plus `extra_env`
+/// ("NAME=value" each). Returns the child's pid, or -1 after adding a test
+/// failure.
 int SpawnProcess(const std::string& binary, const std::vector<std::string>& args,
-                 const std::string& out, const std::string& err);
+                 const std::string& out, const std::string& err,
+                 const std::vector<std::string>& extra_env = {});
 
 /// A TCP port on 127.0.0.1 on which nothing listens (bound, then released).
 /// Adds a test failure if no port can be bound.
