@@ -6,7 +6,9 @@
 #include "common/duration.h"
 #include "common/failpoint.h"
 #include "common/json_util.h"
+#include "common/principal_name.h"
 #include "common/status.h"
+#include "common/utf8.h"
 
 namespace idem {
 namespace {
@@ -137,6 +139,74 @@ TEST(DurationTest, FormatsExactly) {
   EXPECT_EQ(FormatDurationMs(30LL * 86'400'000 + 100), "30d 100ms");
   EXPECT_EQ(FormatDurationMs(1500), "1s 500ms");
   EXPECT_EQ(FormatDurationMs(-60'000), "-1m");
+}
+
+// RFC 3629: every well-formed length, and each way a sequence is not.
+TEST(Utf8Test, DecodesWellFormedSequencesAndRefusesTheRest) {
+  struct Case {
+    std::string text;
+    bool ok;
+    uint32_t cp;
+    size_t next;
+  };
+  const Case cases[] = {
+      {"a", true, 0x61, 1},
+      {"\xC3\xA9", true, 0xE9, 2},             // é
+      {"\xEF\xBD\x8D", true, 0xFF4D, 3},       // fullwidth m
+      {"\xF0\x9F\x98\x80", true, 0x1F600, 4},  // an emoji
+      {"\xC0\xAF", false, 0, 0},               // overlong '/'
+      {"\xE0\x80\xAF", false, 0, 0},           // overlong, three bytes
+      {"\xED\xA0\x80", false, 0, 0},           // a surrogate
+      {"\xF4\x90\x80\x80", false, 0, 0},       // above U+10FFFF
+      {"\xC3", false, 0, 0},                   // cut short
+      {"\xC3\x28", false, 0, 0},               // a bad continuation
+      {"\x80", false, 0, 0},                   // a lone continuation
+  };
+  for (const Case& c : cases) {
+    size_t at = 0;
+    uint32_t cp = 0;
+    EXPECT_EQ(NextCodePoint(c.text, &at, &cp), c.ok) << PrintableText(c.text);
+    EXPECT_EQ(at, c.next) << PrintableText(c.text);
+    if (c.ok) {
+      EXPECT_EQ(cp, c.cp);
+    }
+  }
+}
+
+// One person, one name: what NFKC and case folding make one.
+TEST(PrincipalNameTest, NamesThatReadAlikeFoldAlike) {
+  EXPECT_EQ(FoldName("Maria"), "maria");
+  EXPECT_EQ(FoldName("MARIA"), "maria");
+  EXPECT_EQ(FoldName("\xEF\xBD\x8D"
+                     "aria"),
+            "maria");  // fullwidth m
+  EXPECT_EQ(FoldName("\xE2\x84\xAA"
+                     "im"),
+            "kim");  // Kelvin sign
+  EXPECT_EQ(FoldName("Stra\xC3\x9F"
+                     "e"),
+            FoldName("STRASSE"));                                 // ß
+  EXPECT_EQ(FoldName("Zo\xC3\xAB"), FoldName("ZO\x45\xCC\x88"));  // ë, and E + combining diaeresis
+  EXPECT_TRUE(SameName("Ana", "ana"));
+  EXPECT_FALSE(SameName("ana", "anna"));
+  EXPECT_EQ(FoldName("\xC3\x28"), "\xC3\x28") << "not UTF-8: compared as written";
+}
+
+TEST(PrincipalNameTest, NamesAreVisibleAndShort) {
+  for (const std::string ok : {"maria", "ops-1", "a.b_c", "Zo\xC3\xAB",
+                               "\xEF\xBD\x8D"
+                               "aria"}) {
+    EXPECT_EQ(PrincipalNameProblem(ok), "") << ok;
+  }
+  for (const std::string& bad :
+       {std::string(), std::string(65, 'a'), std::string("ma ria"), std::string("ana:bo"),
+        std::string("mar\xE2\x80\x8Bia"),  // zero width space
+        std::string("ma\xE2\x80\xAEria"),  // right-to-left override
+        std::string("\xC2\xA0maria"),      // no-break space
+        std::string("maria\xEF\xB8\x8F"),  // variation selector
+        std::string("\xC3\x28")}) {        // not UTF-8
+    EXPECT_NE(PrincipalNameProblem(bad), "") << PrintableText(bad);
+  }
 }
 
 }  // namespace
