@@ -54,17 +54,22 @@ def run_loop(model: ScriptedModel, session: OpenSagaSession, approver: Optional[
         for call in turn:
             decision = model_decision("scripted-react", messages, message_id=f"resp_{len(model.prompts)}",
                                       call_id=call["id"])
-            answer = session.call(call["id"], call["tool"], call["args"], decision=decision, wait=10)
+            # No Prefer: wait on the call itself: it would hold a call that
+            # waits for a person for the whole wait.
+            answer = session.call(call["id"], call["tool"], call["args"], decision=decision)
+            if answer.state in ("processing", "unknown"):
+                answer = session.get_call(call["id"], wait=10)
             if answer.state == "awaiting_approval" and approver is not None:
                 pending = approver.approval_for(session.saga_id, answer.step_id)
                 assert pending is not None, f"no approval listed for {answer.step_id}"
                 approver.approve(pending["token"], note="within budget")
                 answer = session.get_call(call["id"], wait=10)
-            messages.append({"role": "tool", "call_id": call["id"], "answer": answer})
+            messages.append({"role": "tool", "call_id": call["id"], "content": answer.raw})
 
 
 def answers(messages: List[Dict]) -> Dict[str, CallAnswer]:
-    return {m["call_id"]: m["answer"] for m in messages if m["role"] == "tool"}
+    """The answers the model was shown, by call id."""
+    return {m["call_id"]: CallAnswer.from_json(m["content"]) for m in messages if m["role"] == "tool"}
 
 
 def test_react_loop_books_repeats_waits_for_a_person_and_commits(world: World):

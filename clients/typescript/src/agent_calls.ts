@@ -4,7 +4,9 @@
 // bridge that turns a person's decision in the framework (an approval, a
 // rejection) into idem's recorded decision, taken with that person's own
 // credentials: idem refuses a self-approval, so the agent's principal never
-// approves its own calls.
+// approves its own calls. In an open saga a rejection fails that call
+// (nothing is done) and leaves the saga open: the agent reads the refusal
+// and goes on, commits what it did, or rolls it all back.
 
 import type { IdemClient, OpenSagaSession } from "./client.js";
 import { IdemError } from "./errors.js";
@@ -17,7 +19,12 @@ export interface IdemCallOptions {
   session: OpenSagaSession;
   /** The framework's tool name → the idem tool's (default: the same name). */
   toolNames?: Record<string, string> | ((frameworkName: string) => string);
-  /** Prefer: wait=N for each call: seconds the server may hold the answer. */
+  /**
+   * Seconds to wait for the outcome of a call idem answered `processing` or
+   * `unknown` (GET .../calls/{id} with Prefer: wait=N). The call itself is
+   * sent without a wait: the server would hold a call that waits for a
+   * person for the whole wait, and the framework should show it at once.
+   */
   wait?: number;
   /** Idem tools whose repeated arguments mean a second effect (sent with repeat: true). */
   repeatable?: string[];
@@ -57,7 +64,7 @@ export async function callThroughIdem(
     return { refusal: `${tool}: the arguments must be a JSON object` };
   }
   try {
-    const answer = await opts.session.call(
+    let answer = await opts.session.call(
       {
         call_id: callId,
         tool,
@@ -65,8 +72,11 @@ export async function callThroughIdem(
         ...(opts.repeatable?.includes(tool) ? { repeat: true } : {}),
         ...(decision ? { decision } : {}),
       },
-      { wait: opts.wait, signal },
+      { signal },
     );
+    if ((answer.state === "processing" || answer.state === "unknown") && opts.wait) {
+      answer = await opts.session.getCall(callId, { wait: opts.wait, signal });
+    }
     return { answer };
   } catch (e) {
     if (e instanceof IdemError && (e.kind === "invalid" || e.kind === "forbidden" || e.kind === "conflict")) {
@@ -140,8 +150,9 @@ export interface PersonDecision {
  * Records a person's decision on a call that waits for approval, as that
  * person: finds the approval of the call's step among those the person may
  * decide (GET /v1/approvals with the person's client) and approves or
- * rejects it. An approval lets idem commit the call; a rejection rolls the
- * open saga back. A call no longer waiting (decided already, by this bridge
+ * rejects it. An approval lets idem commit the call; a rejection fails it
+ * (nothing is done; the open saga stays open: the agent goes on, commits or
+ * rolls back). A call no longer waiting (decided already, by this bridge
  * or in idem's UI) is left as it is. Returns the call's answer afterwards
  * (waiting up to `wait` seconds for the commit).
  */

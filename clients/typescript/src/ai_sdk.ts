@@ -18,8 +18,9 @@
 //     self-approval), and answers the committed outcome.
 //   - A denied call is not executed: the SDK hands the model an
 //     `execution-denied` tool result. The wrapped model (`run.model()`)
-//     records that rejection in idem before the model reads it, and idem
-//     rolls the open saga back (every completed call undone in reverse).
+//     records that rejection in idem before the model reads it: idem fails
+//     the call (nothing is done), and the run goes on; `run.rollback()`
+//     undoes the calls already made, in reverse.
 // A call the SDK executes without approval uses the answer needsApproval
 // got (no second request). Run again after a crash with the same run key and
 // the same tool-call ids: idem answers what it already did from its journal.

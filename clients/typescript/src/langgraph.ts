@@ -10,7 +10,8 @@
 // that resume value becomes idem's decision, taken with the deciding
 // person's client (`approver`, or `configurable.idemApprover` of the resuming
 // invoke: their credentials, never the agent's; idem refuses a
-// self-approval). A rejection rolls the open saga back.
+// self-approval). A rejection fails the call (nothing is done; the ToolMessage
+// says so) and the thread's saga stays open for the agent to go on.
 //
 // On resume LangGraph runs the node again from its start: the calls it made
 // before are answered from idem's journal (same call id), nothing is called

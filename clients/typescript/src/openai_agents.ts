@@ -19,9 +19,10 @@
 // another process after `state.toString()` / `RunState.fromString`;
 // `IdemApprovals.approve/reject` record the decision in idem as that person
 // (their own client: idem refuses a self-approval) and on the RunState. A
-// rejection rolls the open saga back. A plain `state.approve(item)` works
+// plain `state.approve(item)` works
 // too: the resumed run invokes the tool, which finds the call still waiting
-// and records the approval with `approver`.
+// and records the approval with `approver`. A rejection fails the call in
+// idem (nothing is done); the saga stays open for the agent.
 //
 // The tool's own execute is not run: idem runs the registered idem tool (an
 // HTTP tool or an in-process tool of the server) under the journal protocol,
@@ -243,8 +244,8 @@ export function idemTool(
 /**
  * A person's decisions on the SDK's interruptions, recorded in idem as that
  * person and on the RunState: `approve` lets idem commit the call when the
- * run resumes; `reject` rolls the open saga back (every completed call
- * undone in reverse order) and tells the model it was not approved.
+ * run resumes; `reject` fails the call in idem (nothing is done; the open
+ * saga stays open) and tells the model it was not approved.
  */
 export class IdemApprovals {
   readonly #opts: Pick<IdemToolOptions, "session" | "wait"> & { approver: IdemClient };
@@ -260,10 +261,10 @@ export class IdemApprovals {
     return answer;
   }
 
-  /** Rejects `item` in idem (the open saga rolls back) and on `state`. */
+  /** Rejects `item` in idem (the call fails, nothing is done) and on `state`. */
   async reject(state: RunState<any, any>, item: RunToolApprovalItem, opts: { reason: string }): Promise<CallAnswer> {
     const answer = await this.#decide(item, { approved: false, reason: opts.reason });
-    state.reject(item, { message: `A person rejected this call: ${opts.reason}. idem rolled the run's calls back.` });
+    state.reject(item, { message: `A person rejected this call: ${opts.reason}. Nothing was done.` });
     return answer;
   }
 

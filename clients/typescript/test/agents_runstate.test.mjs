@@ -3,7 +3,8 @@
 // SDK's interruption (needsApproval); the RunState is serialized, the agent
 // process SIGKILLed, and a new process resumes from the string: the person
 // approves on the RunState (recorded in idem as maria) and the charge is
-// made once; or rejects it, and idem rolls the run's calls back.
+// made once; or rejects it: idem fails the charge (nothing charged), and the
+// agent rolls the flight back.
 
 import assert from "node:assert/strict";
 import path from "node:path";
@@ -62,12 +63,14 @@ describe("the OpenAI Agents SDK adapter: interruptions and a RunState across a S
     assert.match(done.outputs.call_p1, /charge_id/);
     const call = await w.agent.getCall(saga, "call_p1");
     assert.equal(call.state, "succeeded");
+    const charged = (await w.agent.getSaga(saga)).steps.find((s) => s.id === call.step_id);
+    assert.deepEqual([charged.approval.by, charged.approval.decision, charged.approval.note], ["maria", "approved", "within budget"]);
     assert.equal((await w.agent.commit(saga, {}, { wait: 10 })).state, "succeeded");
     assert.deepEqual(w.effects(), ["flights.reserve", "payments.charge"]);
     assert.ok(w.clean());
   });
 
-  test("rejected on the restored RunState: idem rejects the charge and rolls the flight back", async () => {
+  test("rejected on the restored RunState: idem fails the charge as maria's rejection; the rollback undoes the flight", async () => {
     w = await adapterWorld("agents-reject", { IdemClient });
     const { env, saga } = await interruptedThenKilled(w, "agents-run-2");
     const second = child(AGENT, { ...env, MODE: "resume", DECISION: "reject", SCRIPT: JSON.stringify([[{ text: "Not booked." }]]) });
@@ -75,6 +78,11 @@ describe("the OpenAI Agents SDK adapter: interruptions and a RunState across a S
     assert.equal((await second.exited).code, 0, second.stderr());
     assert.equal(done.done, "Not booked.");
     assert.match(done.outputs.call_p1, /rejected this call: too expensive/);
+    const call = await w.agent.getCall(saga, "call_p1");
+    assert.equal(call.state, "failed");
+    assert.match(call.error.message, /rejected by maria: too expensive/);
+    assert.deepEqual(w.effects(), ["flights.reserve"], "nothing charged");
+    assert.ok(["compensated", "compensating"].includes((await w.agent.rollback(saga, { reason: "Ana gave up" }, { wait: 10 })).state));
     assert.equal((await w.agent.waitForSaga(saga)).state, "compensated");
     assert.deepEqual(w.effects(), ["flights.cancel", "flights.reserve"]);
     assert.ok(w.clean());

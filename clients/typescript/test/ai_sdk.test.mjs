@@ -83,13 +83,15 @@ describe("the Vercel AI SDK adapter against a real idem serve", () => {
     const saga = await run.session.get();
     const step1 = saga.steps.find((s) => s.id === waiting.step_id);
     assert.equal(step1.state, "succeeded");
-    assert.match(JSON.stringify(step1.approval ?? saga), /maria/, "the decision is maria's");
+    assert.equal(step1.approval.by, "maria", "the decision is the person's, not the agent's");
+    assert.equal(step1.approval.decision, "approved");
+    assert.equal(step1.approval.note, "within budget", "the approval response's reason is the note");
     assert.equal((await run.commit()).state, "succeeded");
     assert.deepEqual(w.effects(), ["flights.reserve", "payments.charge"]);
     assert.ok(w.clean());
   });
 
-  test("the person denies the charge in the SDK: idem rejects it and rolls the run back", async () => {
+  test("the person denies the charge in the SDK: idem records maria's rejection, nothing is charged; the rollback undoes the flight", async () => {
     w = await adapterWorld("ai-reject", { IdemClient });
     const run = await beginAiRun(w.agent, { runId: "ai-run-3", tools: TOOLS, approver: w.person });
     const model = scriptedModel([
@@ -107,6 +109,11 @@ describe("the Vercel AI SDK adapter against a real idem serve", () => {
     ];
     const second = await step(run, model, messages);
     assert.equal(second.text, "The charge was refused; the flight is cancelled.");
+    const call = await run.session.getCall("call_p1");
+    assert.equal(call.state, "failed");
+    assert.match(call.error.message, /rejected by maria: too expensive/);
+    assert.deepEqual(w.effects(), ["flights.reserve"], "nothing charged");
+    await run.rollback({ reason: "the charge was refused" });
     const saga = await w.agent.waitForSaga(run.session.sagaId);
     assert.equal(saga.state, "compensated");
     assert.deepEqual(w.effects(), ["flights.cancel", "flights.reserve"]);

@@ -72,9 +72,17 @@ export function step(run, model, messages) {
   return generateText({ model: run.model(model), tools: run.tools, messages, stopWhen: stepCountIs(10) });
 }
 
-/** The tool outputs the run produced, by tool-call id. */
+/**
+ * The tool outputs the run produced, by tool-call id: its steps' results,
+ * and the approved calls the SDK executed before its first step (those are
+ * only in the response messages).
+ */
 export function toolOutputs(result) {
   const out = {};
+  for (const m of result.response.messages) {
+    if (m.role !== "tool") continue;
+    for (const p of m.content) if (p.type === "tool-result") out[p.toolCallId] = p.output?.value ?? p.output;
+  }
   for (const s of result.steps) for (const r of s.toolResults) out[r.toolCallId] = r.output;
   return out;
 }
