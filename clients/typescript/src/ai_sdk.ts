@@ -22,7 +22,8 @@
 //     the call (nothing is done), and the run goes on; `run.rollback()`
 //     undoes the calls already made, in reverse.
 // A call the SDK executes without approval uses the answer needsApproval
-// got (no second request). Run again after a crash with the same run key and
+// got (no second request). With streamText the decisions are not recorded
+// (the middleware wraps generate only); denials and calls work the same. Run again after a crash with the same run key and
 // the same tool-call ids: idem answers what it already did from its journal.
 
 import { tool as aiTool, wrapLanguageModel, type FlexibleSchema, type Tool, type ToolSet } from "ai";
