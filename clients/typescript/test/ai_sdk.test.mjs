@@ -18,6 +18,36 @@ import { adapterWorld, child } from "./helpers.mjs";
 const here = path.dirname(fileURLToPath(import.meta.url));
 const USER = [{ role: "user", content: "Book Ana's trip to Tokyo" }];
 
+/**
+ * A run that books the flight, then asks for the charge: the step ends with
+ * the SDK's approval request for it, and nothing is charged yet. `answer`
+ * gives the person's response and runs the next step from it.
+ */
+async function chargeRequested(w, runId, finalText) {
+  const run = await beginAiRun(w.agent, { runId, tools: TOOLS, approver: w.person });
+  const model = scriptedModel([
+    [{ call: "reserve_flight", args: FLIGHT, id: "call_f1" }],
+    [{ call: "charge_card", args: CHARGE, id: "call_p1" }],
+    finalText,
+  ]);
+  const first = await step(run, model, USER);
+  const [request] = approvalRequests(first);
+  assert.ok(request, `no approval request: ${JSON.stringify(first.content)}`);
+  assert.equal(request.toolCall.toolCallId, "call_p1");
+  const waiting = await run.session.getCall("call_p1");
+  assert.equal(waiting.state, "awaiting_approval");
+  assert.match(waiting.approval.summary, /./);
+  assert.deepEqual(w.effects(), ["flights.reserve"], "nothing charged before the person decides");
+  // The app shows the request; the person answers in the app.
+  const answer = (approved, reason) =>
+    step(run, model, [
+      ...USER,
+      ...first.response.messages,
+      { role: "tool", content: [{ type: "tool-approval-response", approvalId: request.approvalId, approved, reason }] },
+    ]);
+  return { run, waiting, answer };
+}
+
 describe("the Vercel AI SDK adapter against a real idem serve", () => {
   let w;
   afterEach(async () => {
@@ -56,28 +86,8 @@ describe("the Vercel AI SDK adapter against a real idem serve", () => {
 
   test("a charge waits for a person as the SDK's tool-approval request; the SDK's approval is idem's decision by maria", async () => {
     w = await adapterWorld("ai-approve", { IdemClient });
-    const run = await beginAiRun(w.agent, { runId: "ai-run-2", tools: TOOLS, approver: w.person });
-    const model = scriptedModel([
-      [{ call: "reserve_flight", args: FLIGHT, id: "call_f1" }],
-      [{ call: "charge_card", args: CHARGE, id: "call_p1" }],
-      "Booked and paid.",
-    ]);
-    const first = await step(run, model, USER);
-    const [request] = approvalRequests(first);
-    assert.ok(request, `no approval request: ${JSON.stringify(first.content)}`);
-    assert.equal(request.toolCall.toolCallId, "call_p1");
-    const waiting = await run.session.getCall("call_p1");
-    assert.equal(waiting.state, "awaiting_approval");
-    assert.match(waiting.approval.summary, /./);
-    assert.deepEqual(w.effects(), ["flights.reserve"], "nothing charged before the person decides");
-
-    // The app shows the request; the person approves in the app.
-    const messages = [
-      ...USER,
-      ...first.response.messages,
-      { role: "tool", content: [{ type: "tool-approval-response", approvalId: request.approvalId, approved: true, reason: "within budget" }] },
-    ];
-    const second = await step(run, model, messages);
+    const { run, waiting, answer } = await chargeRequested(w, "ai-run-2", "Booked and paid.");
+    const second = await answer(true, "within budget");
     assert.equal(second.text, "Booked and paid.");
     assert.ok(toolOutputs(second).call_p1.charge_id, JSON.stringify(toolOutputs(second)));
     const saga = await run.session.get();
@@ -93,21 +103,8 @@ describe("the Vercel AI SDK adapter against a real idem serve", () => {
 
   test("the person denies the charge in the SDK: idem records maria's rejection, nothing is charged; the rollback undoes the flight", async () => {
     w = await adapterWorld("ai-reject", { IdemClient });
-    const run = await beginAiRun(w.agent, { runId: "ai-run-3", tools: TOOLS, approver: w.person });
-    const model = scriptedModel([
-      [{ call: "reserve_flight", args: FLIGHT, id: "call_f1" }],
-      [{ call: "charge_card", args: CHARGE, id: "call_p1" }],
-      "The charge was refused; the flight is cancelled.",
-    ]);
-    const first = await step(run, model, USER);
-    const [request] = approvalRequests(first);
-    assert.ok(request);
-    const messages = [
-      ...USER,
-      ...first.response.messages,
-      { role: "tool", content: [{ type: "tool-approval-response", approvalId: request.approvalId, approved: false, reason: "too expensive" }] },
-    ];
-    const second = await step(run, model, messages);
+    const { run, answer } = await chargeRequested(w, "ai-run-3", "The charge was refused; the flight is cancelled.");
+    const second = await answer(false, "too expensive");
     assert.equal(second.text, "The charge was refused; the flight is cancelled.");
     const call = await run.session.getCall("call_p1");
     assert.equal(call.state, "failed");
