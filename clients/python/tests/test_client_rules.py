@@ -5,7 +5,7 @@ no retry of a request that carries no key, and the token kept out of errors.
 """
 
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Tuple
 import json
 import threading
 import time
