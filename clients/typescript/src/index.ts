@@ -19,3 +19,4 @@ export {
 export type { IdemErrorKind, Problem } from "./errors.js";
 export type { RetryOptions, RetryEvent } from "./retry.js";
 export * from "./types.js";
+export * from "./vocabulary.js";
