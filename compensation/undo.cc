@@ -5,6 +5,8 @@
 #include "saga/park.h"
 
 #include "common/failpoint.h"
+#include "effect/call.h"
+#include "effect/protocol.h"
 
 namespace idem::compensation {
 namespace {
@@ -25,8 +27,34 @@ Result<UndoEnd> ParkBlockedUndo(SagaRun* run, StepDrive* d, ParkCode code,
   return UndoEnd::kParked;
 }
 
+// Why a compensation parks, for a person (the protocol's code, spelt out).
+std::string UndoParkReason(const effect::Decision& dec, const effect::Situation& s,
+                           const std::string& tool, const std::string& key, int attempt,
+                           const std::string& error, const LookupOutcome& look) {
+  const std::string code = dec.code;
+  if (code == "no_lookup_no_keys") {
+    return s.in_flight != effect::InFlight::kNo
+               ? "compensation outcome unknown after a crash and " + tool +
+                     " has neither a status lookup nor idempotency keys"
+               : "compensation outcome unknown (" + error + ") and " + tool +
+                     " cannot be retried safely";
+  }
+  if (code == "lookup_unanswered") {
+    return "compensation outcome unknown; status lookup of " + tool + " kept failing: " +
+           (s.answer == effect::Answer::kPending ? std::string("pending during a rollback")
+                                                 : look.error);
+  }
+  if (code == "in_flight_not_proven") {
+    return "compensation taken over from a worker whose call to " + tool +
+           " may still land, and the tool does not deduplicate keys: check key " + key;
+  }
+  if (code == "compensation_refused") return error;
+  return "gave up after " + std::to_string(attempt) + " attempts: " + error;
+}
+
 // Undoes step `index` (succeeded, or compensating after a crash) with its
-// compensation: its own key, the compensation's retry policy and backoff.
+// compensation: its own key, the compensation's retry policy and backoff,
+// every answer read by the effect protocol (effect/protocol.h).
 Result<UndoEnd> DriveUndo(SagaRun* run, int index) {
   const StepSpec& spec = run->spec().steps[index];
   const CompensationSpec& comp = *spec.compensate;
@@ -44,8 +72,55 @@ Result<UndoEnd> DriveUndo(SagaRun* run, int index) {
   ToolOutcome& outcome = d.outcome;
   const std::string key = CompensationKey(run->CallKey(index));  // the provider's
   const ToolInfo& info = tool->info();
-  bool same_key_safe = info.honours_keys || info.effect == EffectClass::kIdempotent ||
-                       info.effect == EffectClass::kRead;
+
+  effect::Situation s;
+  s.kind = effect::CallKind::kCompensation;
+  s.caps = effect::Capabilities::Of(info);
+  s.max_attempts = comp.retry.max_attempts;
+  s.max_lookups = run->options().lookup_attempts;
+  s.can_wait = false;
+  bool resend_now = false;  // the next attempt settles an uncertain one: no backoff
+  bool lookup_not_applied = false;
+
+  // Carries out the protocol's decision about the latest answer: lookups
+  // until it decides something else, then the undo's event.
+  auto act = [&]() -> Status {
+    LookupOutcome look;
+    effect::Decision dec = effect::Decide(s);
+    while (dec.action == effect::Action::kLookUp) {
+      if (s.lookups > 0) {
+        SagaRun::CallBoundary boundary(run);
+        effect::Sleep(run->clock(),
+                      run->options().lookup_backoff.BackoffMs(s.lookups + 1, *run->rng()),
+                      &boundary);
+      }
+      {
+        SagaRun::CallBoundary boundary(run);
+        look = effect::Lookup(effect::CallKind::kCompensation, tool, key, &boundary);
+      }
+      s.answer = effect::AnswerOf(look);
+      ++s.lookups;
+      dec = effect::Decide(s);
+    }
+    switch (dec.action) {
+      case effect::Action::kRecordSucceeded:
+        if (s.answer == effect::Answer::kApplied) {
+          outcome = ToolOutcome::Succeeded(look.result, look.external_ref);
+        }
+        d.durability = dec.durability;
+        return d.Fire(StepEvent::kUndone);
+      case effect::Action::kResend:
+      case effect::Action::kRetryAfterBackoff:
+        resend_now = dec.action == effect::Action::kResend;
+        lookup_not_applied = s.answer == effect::Answer::kNotApplied;
+        st.error =
+            lookup_not_applied ? "status lookup: key " + key + " was not applied" : outcome.error;
+        return d.Fire(StepEvent::kUndoFailed, StepFacts::WithRetryAllowed(true));
+      default:
+        st.error = UndoParkReason(dec, s, comp.tool, key, st.comp_attempt, outcome.error, look);
+        return d.Fire(StepEvent::kUndoFailed, StepFacts::WithRetryAllowed(false));
+    }
+  };
 
   auto args = run->ResolveArgs(comp.args, "steps[" + std::to_string(index) + "].compensate.args");
   // A compensation whose arguments do not resolve is never called: a person
@@ -79,29 +154,16 @@ Result<UndoEnd> DriveUndo(SagaRun* run, int index) {
       IDEM_FAILPOINT("compensation.after_submitted");
       break;
     }
-    case StepState::kCompensating: {
-      // Found after a crash: the undo may have happened.
-      if (info.has_status) {
-        LookupOutcome look;
-        {
-          SagaRun::OutsideCall outside(run);
-          look = tool->Lookup(key);
-        }
-        if (look.kind == LookupKind::kApplied) {
-          outcome = ToolOutcome::Succeeded(look.result, look.external_ref);
-          IDEM_RETURN_IF_ERROR(d.Fire(StepEvent::kUndone));
-          break;
-        }
-      }
-      if (!same_key_safe && !info.has_status) {
-        st.error = "compensation outcome unknown after a crash and " + comp.tool +
-                   " has neither a status lookup nor idempotency keys";
-        IDEM_RETURN_IF_ERROR(d.Fire(StepEvent::kUndoFailed));
-        break;
-      }
-      d.queue.push_back(StepCommand::kCallCompensation);
+    case StepState::kCompensating:
+      // Found after a crash or a takeover: the undo may have happened, and
+      // with a takeover its request may still be on the way.
+      s.attempt = st.comp_attempt;
+      s.call = s.answer = effect::Answer::kUnknown;
+      s.in_flight = run->taken_over() ? effect::InFlight::kTakenOver : effect::InFlight::kCrashed;
+      outcome =
+          ToolOutcome::Unknown("recovered: compensation submitted without a recorded outcome");
+      IDEM_RETURN_IF_ERROR(act());
       break;
-    }
     case StepState::kCompensated:
       return UndoEnd::kUndone;
     default:
@@ -117,40 +179,31 @@ Result<UndoEnd> DriveUndo(SagaRun* run, int index) {
         IDEM_RETURN_IF_ERROR(run->Flush());
         IDEM_RETURN_IF_ERROR(run->CheckLease());
         {
-          SagaRun::OutsideCall outside(run);
-          outcome = tool->Invoke(call);
+          SagaRun::CallBoundary boundary(run);
+          outcome = effect::Invoke(effect::CallKind::kCompensation, tool, call, &boundary);
         }
         IDEM_FAILPOINT("compensation.after_call");
-        if (outcome.kind == OutcomeKind::kSucceeded) {
-          IDEM_RETURN_IF_ERROR(d.Fire(StepEvent::kUndone));
-          break;
-        }
-        st.error = outcome.error;
-        bool retry = st.comp_attempt < comp.retry.max_attempts &&
-                     ((outcome.kind == OutcomeKind::kFailed && outcome.retryable) ||
-                      (outcome.kind == OutcomeKind::kUnknown && same_key_safe));
-        if (!retry && outcome.kind == OutcomeKind::kUnknown && !same_key_safe) {
-          st.error = "compensation outcome unknown (" + outcome.error + ") and " + comp.tool +
-                     " cannot be retried safely";
-        } else if (!retry && st.comp_attempt >= comp.retry.max_attempts) {
-          st.error =
-              "gave up after " + std::to_string(st.comp_attempt) + " attempts: " + outcome.error;
-        }
-        IDEM_RETURN_IF_ERROR(d.Fire(StepEvent::kUndoFailed, StepFacts::WithRetryAllowed(retry)));
+        s.attempt = st.comp_attempt;
+        s.call = s.answer = effect::AnswerOf(outcome);
+        s.lookups = 0;
+        s.in_flight = effect::InFlight::kNo;  // this drive's own call
+        IDEM_RETURN_IF_ERROR(act());
         break;
       }
       case StepCommand::kScheduleUndoRetry: {
-        int64_t wait = comp.retry.BackoffMs(st.comp_attempt + 1, *run->rng());
+        const int64_t wait =
+            resend_now ? 0 : comp.retry.BackoffMs(st.comp_attempt + 1, *run->rng());
         {
-          SagaRun::OutsideCall outside(run);
-          run->clock()->SleepMs(wait);
+          SagaRun::CallBoundary boundary(run);
+          effect::Sleep(run->clock(), wait, &boundary);
         }
         ++st.comp_attempt;
-        IDEM_RETURN_IF_ERROR(run->CommitStep(d, "compensation_submitted",
-                                             {{"attempt", st.comp_attempt},
-                                              {"key", key},
-                                              {"retry_after_ms", wait},
-                                              {"previous_error", st.error}}));
+        Json data = {{"attempt", st.comp_attempt},
+                     {"key", key},
+                     {"retry_after_ms", wait},
+                     {"previous_error", st.error}};
+        if (lookup_not_applied) data["lookup"] = "not_applied";
+        IDEM_RETURN_IF_ERROR(run->CommitStep(d, "compensation_submitted", data));
         IDEM_FAILPOINT("compensation.after_submitted");
         d.queue.push_back(StepCommand::kCallCompensation);
         break;
@@ -169,7 +222,7 @@ Result<UndoEnd> DriveUndo(SagaRun* run, int index) {
         eff.at_ms = run->clock()->NowMs();
         IDEM_RETURN_IF_ERROR(run->CommitStep(
             d, "compensated", {{"attempt", st.comp_attempt}, {"result", outcome.result}}, {eff},
-            SagaRun::OutcomeDurability(info, st.comp_attempt)));
+            SagaRun::DurabilityOf(d.durability)));
         IDEM_FAILPOINT("compensation.after_outcome");
         return UndoEnd::kUndone;
       }

@@ -8,8 +8,10 @@
 //     applied gets a `null_compensation` journal entry and no undo call;
 //   - a succeeded step with a compensation is undone with its own key
 //     (CompensationKey) and the spec's compensation retry policy (bounded,
-//     backed-off); a compensation found `compensating` after a crash is asked
-//     for its status, or resent with the same key where that is safe;
+//     backed-off); every answer, and a compensation found `compensating`
+//     after a crash or a takeover, is read by the effect protocol
+//     (effect/protocol.h): a status lookup, a resend only where it cannot
+//     make a second undo, or a person;
 //   - a compensation that keeps failing, or whose outcome cannot be learnt,
 //     parks the step `compensation_failed` and the saga needs_attention with
 //     the reason; the earlier undos wait for a person, whose decisions

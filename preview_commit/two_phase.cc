@@ -10,6 +10,8 @@
 
 #include "common/failpoint.h"
 #include "common/principal_name.h"
+#include "effect/call.h"
+#include "effect/protocol.h"
 
 namespace idem::preview_commit {
 
@@ -115,22 +117,31 @@ Result<PhaseEnd> AdvanceTwoPhase(SagaRun* run, StepDrive* d) {
                                             " is two-phase but no token signer is configured");
         }
         ToolCall call{spec.tool, d->key, st->args, previews, saga_id, st->step_id, ""};
-        // Outside the run's lock when branches run (saga/branches.h).
-        auto preview = [&] {
-          SagaRun::OutsideCall outside(run);
-          return d->tool->Preview(call);
-        };
-        PreviewOutcome pv = preview();
-        for (int n = 2; !pv.ok && pv.retryable && n <= spec.retry.max_attempts + 2; ++n) {
-          const int64_t wait = spec.retry.BackoffMs(n, *run->rng());
-          {
-            SagaRun::OutsideCall outside(run);
-            run->clock()->SleepMs(wait);
+        // A preview has no effect: the protocol asks again after a
+        // transient failure, within the step's retries and two more.
+        effect::Situation s;
+        s.kind = effect::CallKind::kPreview;
+        s.max_attempts = spec.retry.max_attempts + 2;
+        PreviewOutcome pv;
+        effect::Decision dec;
+        for (s.attempt = 1;; ++s.attempt) {
+          if (s.attempt > 1) {
+            SagaRun::CallBoundary boundary(run);
+            effect::Sleep(run->clock(), spec.retry.BackoffMs(s.attempt, *run->rng()), &boundary);
           }
-          pv = preview();  // a preview has no effect: asking again is safe
+          {
+            SagaRun::CallBoundary boundary(run);  // outside the run's lock (saga/branches.h)
+            pv = effect::Preview(d->tool, call, &boundary);
+          }
+          s.answer = pv.ok ? effect::Answer::kSucceeded
+                           : (pv.retryable ? effect::Answer::kFailedRetryable
+                                           : effect::Answer::kFailedPermanent);
+          dec = effect::Decide(s);
+          if (dec.action != effect::Action::kRetryAfterBackoff) break;
         }
         IDEM_FAILPOINT("preview.after_call");
-        if (!pv.ok) return fail("preview failed: " + pv.error);
+        if (dec.action != effect::Action::kRecordSucceeded)
+          return fail("preview failed: " + pv.error);
         bool human = spec.approval != Approval::kNone;
         std::optional<Json> policy_entry;  // the rule that decides, for the journal
         std::optional<PolicyDemand> demand;

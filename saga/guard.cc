@@ -5,18 +5,20 @@
 #include "saga/park.h"
 
 #include "common/failpoint.h"
+#include "effect/call.h"
+#include "effect/protocol.h"
 
 namespace idem {
 namespace {
 
-enum class Answer { kExists, kAbsent, kNone };
-
+// One ask's answer, as the effect protocol reads a guard's: kApplied (the
+// effect exists; `result` is the step's), kNotApplied (absent), anything
+// else no answer (`error` says what came back).
 struct GuardAnswer {
-  Answer answer = Answer::kNone;
-  Json result;               ///< the step's result when kExists
+  effect::Answer answer = effect::Answer::kNone;
+  Json result;
   std::string external_ref;  ///< from a status lookup
-  std::string error;         ///< the last problem when kNone
-  int attempts = 0;
+  std::string error;
 };
 
 bool Present(const Json& v) { return !v.is_null() && !(v.is_boolean() && !v.get<bool>()); }
@@ -24,6 +26,7 @@ bool Present(const Json& v) { return !v.is_null() && !(v.is_boolean() && !v.get<
 /// Reads a read tool's result under the guard's pointers.
 GuardAnswer Judge(const GuardSpec& g, const Json& result) {
   GuardAnswer a;
+  a.answer = effect::Answer::kLookupError;  // until judged
   const Json::json_pointer exists(g.exists_when);
   if (!result.is_structured() && !g.exists_when.empty()) {
     a.error = "the read answered " + std::string(result.type_name()) +
@@ -31,7 +34,7 @@ GuardAnswer Judge(const GuardSpec& g, const Json& result) {
     return a;
   }
   if (!result.contains(exists) || !Present(result.at(exists))) {
-    a.answer = Answer::kAbsent;
+    a.answer = effect::Answer::kNotApplied;
     return a;
   }
   const Json::json_pointer pick(g.result_at);
@@ -39,7 +42,7 @@ GuardAnswer Judge(const GuardSpec& g, const Json& result) {
     a.error = "the effect exists but its answer has nothing at \"result\" " + g.result_at;
     return a;
   }
-  a.answer = Answer::kExists;
+  a.answer = effect::Answer::kApplied;
   a.result = result.at(pick);
   return a;
 }
@@ -47,42 +50,42 @@ GuardAnswer Judge(const GuardSpec& g, const Json& result) {
 /// One ask: the read tool, or the step tool's status lookup.
 GuardAnswer AskOnce(SagaRun* run, StepDrive* d, const Json& args, int attempt) {
   const GuardSpec& g = *d->spec->guard;
+  SagaRun::CallBoundary boundary(run);  // branches overlap it (saga/branches.h)
   if (g.status_lookup) {
-    LookupOutcome look;
-    {
-      SagaRun::OutsideCall outside(run);  // branches overlap it (saga/branches.h)
-      look = d->tool->Lookup(d->key);
-    }
+    LookupOutcome look = effect::Lookup(effect::CallKind::kGuardRead, d->tool, d->key, &boundary);
     GuardAnswer a;
-    if (look.kind == LookupKind::kApplied) {
-      a.answer = Answer::kExists;
+    a.answer = effect::AnswerOf(look);
+    if (a.answer == effect::Answer::kApplied) {
       a.result = look.result;
       a.external_ref = look.external_ref;
-    } else if (look.kind == LookupKind::kNotApplied) {
-      a.answer = Answer::kAbsent;
-    } else {
+    } else if (a.answer == effect::Answer::kPending) {
+      a.error = "status lookup: the provider holds the key and has not finished it";
+    } else if (a.answer != effect::Answer::kNotApplied) {
       a.error = "status lookup failed: " + look.error;
     }
     return a;
   }
   Tool* tool = run->tools().Find(g.tool);
-  if (tool == nullptr)
-    return {Answer::kNone, {}, "", "guard tool \"" + g.tool + "\" is not registered"};
+  if (tool == nullptr) {
+    return {
+        effect::Answer::kLookupError, {}, "", "guard tool \"" + g.tool + "\" is not registered"};
+  }
   ToolCall call{g.tool, d->key + ":guard", args, attempt, run->saga_id(), d->st.step_id, ""};
-  ToolOutcome out;
-  {
-    SagaRun::OutsideCall outside(run);
-    out = tool->Invoke(call);
-  }
-  switch (out.kind) {
-    case OutcomeKind::kSucceeded:
+  ToolOutcome out = effect::Invoke(effect::CallKind::kGuardRead, tool, call, &boundary);
+  const effect::Answer answer = effect::AnswerOf(out);
+  switch (answer) {
+    case effect::Answer::kSucceeded:
       return Judge(g, out.result);
-    case OutcomeKind::kFailed:
-      return {Answer::kNone, {}, "", "the read failed: " + out.error};
-    case OutcomeKind::kUnknown:
-      return {Answer::kNone, {}, "", "the read's outcome is unknown: " + out.error};
+    case effect::Answer::kAccepted:
+      return {answer,
+              {},
+              "",
+              "the read answered accepted (it finishes later), not whether the effect exists"};
+    case effect::Answer::kUnknown:
+      return {answer, {}, "", "the read's outcome is unknown: " + out.error};
+    default:
+      return {answer, {}, "", "the read failed: " + out.error};
   }
-  return {};
 }
 
 /// Parks the planned step with `reason` (through the machine's kBlocked).
@@ -114,36 +117,45 @@ Result<std::optional<StepEnd>> BeforeWrite(SagaRun* run, StepDrive* d) {
     }
     args = *resolved;
   }
+  // The protocol decides after each ask: the write goes on (absent), the
+  // effect is recorded (exists), ask again, or park. Never a write on no
+  // answer.
+  effect::Situation s;
+  s.kind = effect::CallKind::kGuardRead;
+  s.max_attempts = g.retry.max_attempts;
   GuardAnswer a;
-  for (int attempt = 1; attempt <= g.retry.max_attempts; ++attempt) {
+  effect::Decision dec;
+  for (int attempt = 1;; ++attempt) {
     IDEM_RETURN_IF_ERROR(run->CheckLease());
     if (attempt > 1) {
-      SagaRun::OutsideCall outside(run);
-      run->clock()->SleepMs(g.retry.BackoffMs(attempt, *run->rng()));
+      SagaRun::CallBoundary boundary(run);
+      effect::Sleep(run->clock(), g.retry.BackoffMs(attempt, *run->rng()), &boundary);
     }
     a = AskOnce(run, d, args, attempt);
-    a.attempts = attempt;
-    if (a.answer != Answer::kNone) break;
+    s.attempt = attempt;
+    s.call = s.answer = a.answer;
+    dec = effect::Decide(s);
+    if (dec.action != effect::Action::kRetryAfterBackoff) break;
   }
   IDEM_FAILPOINT("guard.after_answer");
   Json guard = {{"tool", g.status_lookup ? d->spec->tool : g.tool},
                 {"status_lookup", g.status_lookup},
-                {"attempts", a.attempts}};
-  switch (a.answer) {
-    case Answer::kNone:
-      return Park(run, d,
-                  BlockedReason(ParkCode::kGuardUnanswered,
-                                "step " + d->st.step_id + ": guard " + what +
-                                    " gave no answer in " + std::to_string(a.attempts) +
-                                    " attempt(s), so the write was not made: " + a.error));
-    case Answer::kAbsent:
+                {"attempts", s.attempt}};
+  switch (dec.action) {
+    case effect::Action::kRecordSucceeded:
+      break;
+    case effect::Action::kCall:
       guard["answer"] = "absent";
       // Durable with the step's `submitted` (or preview), which follows.
       IDEM_RETURN_IF_ERROR(
           run->CommitStep(*d, "guard_checked", guard, {}, SagaRun::Durable::kWithNextFlush));
       return std::optional<StepEnd>();
-    case Answer::kExists:
-      break;
+    default:
+      return Park(run, d,
+                  BlockedReason(ParkCode::kGuardUnanswered,
+                                "step " + d->st.step_id + ": guard " + what +
+                                    " gave no answer in " + std::to_string(s.attempt) +
+                                    " attempt(s), so the write was not made: " + a.error));
   }
   guard["answer"] = "exists";
   IDEM_RETURN_IF_ERROR(d->Fire(StepEvent::kGuardSatisfied));

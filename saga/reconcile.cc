@@ -7,6 +7,10 @@
 
 #include "saga/states.h"
 
+#include "effect/call.h"
+#include "effect/mutation.h"
+#include "effect/protocol.h"
+
 namespace idem::reconcile {
 namespace {
 
@@ -15,6 +19,13 @@ struct SagaView {
   bool found = false;
   std::map<std::string, std::string> step_state;  // step id -> state
   std::set<std::string> effect_keys;              // action effects' keys
+  /// The key each step's calls carried, as its `submitted` journaled it: the
+  /// saga/step key, or a business key (`charge:A-1001`). That is the key
+  /// the provider knows.
+  std::map<std::string, std::string> provider_key;
+  /// Steps a guard found done by a read of another tool: no call was made,
+  /// so the provider's lookup of the step's key rightly knows nothing.
+  std::set<std::string> read_guarded;
 };
 
 class Views {
@@ -34,6 +45,21 @@ class Views {
           if (f.kind == "action") v.effect_keys.insert(f.idempotency_key);
         }
       }
+      auto journal = store_->ReadJournal(saga_id);
+      if (journal.ok()) {
+        for (const storage::JournalEntry& e : *journal) {
+          if (e.step_id.empty() || !e.data.is_object()) continue;
+          const Json* key =
+              e.data.contains("key") && e.data["key"].is_string() ? &e.data["key"] : nullptr;
+          if (e.event == "submitted" && key != nullptr) {
+            v.provider_key[e.step_id] = key->get<std::string>();
+          } else if (e.event == "succeeded" && e.data.value("satisfied_by", "") == "guard") {
+            const Json& g = e.data.contains("guard") ? e.data["guard"] : Json::object();
+            if (!g.value("status_lookup", false)) v.read_guarded.insert(e.step_id);
+            if (key != nullptr) v.provider_key[e.step_id] = key->get<std::string>();
+          }
+        }
+      }
     }
     return views_.emplace(saga_id, std::move(v)).first->second;
   }
@@ -42,6 +68,14 @@ class Views {
   storage::Store* store_;
   std::map<std::string, SagaView> views_;
 };
+
+// The key an effect's step sent its calls under (a business key, or the
+// effects row's `<saga>/<step>`).
+std::string ProviderKey(const SagaView& view, const storage::EffectRecord& eff) {
+  if (effect::Mutated(effect::Mutation::kDriftAsksTheRowKey)) return eff.idempotency_key;
+  auto it = view.provider_key.find(eff.step_id);
+  return it != view.provider_key.end() ? it->second : eff.idempotency_key;
+}
 
 // The saga a step key names: keys are `<saga id>/<step id>`.
 std::pair<std::string, std::string> SplitKey(const std::string& key) {
@@ -76,8 +110,13 @@ Result<DriftReport> FindDrift(storage::Store* store, const ToolRegistry& tools,
     return Status::Ok();
   };
 
-  // The journal's effects against the providers' status.
+  // The journal's effects against the providers' status. `sent_keys`: the
+  // keys the journal's effects were sent under, for the orphan check.
+  std::set<std::string> sent_keys;
   for (const storage::EffectRecord& eff : *effects) {
+    if (eff.kind == "action" && !effect::Mutated(effect::Mutation::kDriftAsksTheRowKey)) {
+      sent_keys.insert(ProviderKey(views.Get(eff.saga_id), eff));
+    }
     Tool* tool = tools.Find(eff.tool);
     if (tool == nullptr || !tool->info().has_status) {
       ++report.skipped;
@@ -88,21 +127,31 @@ Result<DriftReport> FindDrift(storage::Store* store, const ToolRegistry& tools,
     if (state == view.step_state.end() || state->second != StepStateName(StepState::kSucceeded)) {
       continue;  // undone or being undone: the provider may rightly not hold it
     }
+    if (view.read_guarded.count(eff.step_id) > 0 &&
+        !effect::Mutated(effect::Mutation::kDriftAsksTheRowKey)) {
+      ++report.skipped;  // found by a guard's read: the provider was never called
+      continue;
+    }
     ++report.checked;
-    LookupOutcome look = tool->Lookup(eff.idempotency_key);
-    if (look.kind == LookupKind::kNotApplied || look.kind == LookupKind::kFailed) {
+    const std::string key = ProviderKey(view, eff);
+    LookupOutcome look = effect::Lookup(effect::CallKind::kDriftCheck, tool, key, nullptr);
+    effect::Situation s;
+    s.kind = effect::CallKind::kDriftCheck;
+    s.caps = effect::Capabilities::Of(tool->info());
+    s.answer = effect::AnswerOf(look);
+    const effect::Decision dec = effect::Decide(s);
+    if (dec.action == effect::Action::kRecordFailed) {
       storage::DriftFinding f;
       f.kind = "effect_missing";
       f.tool = eff.tool;
-      f.key = eff.idempotency_key;
+      f.key = key;
       f.saga_id = eff.saga_id;
       f.step_id = eff.step_id;
       f.detail = std::string("the journal holds the effect; the provider answers ") +
                  LookupKindName(look.kind) + (look.error.empty() ? "" : ": " + look.error);
       IDEM_RETURN_IF_ERROR(record(std::move(f)));
-    } else if (look.kind != LookupKind::kApplied) {
-      report.errors.push_back(eff.tool + " " + eff.idempotency_key + ": status " +
-                              LookupKindName(look.kind) +
+    } else if (dec.action != effect::Action::kRecordSucceeded) {
+      report.errors.push_back(eff.tool + " " + key + ": status " + LookupKindName(look.kind) +
                               (look.error.empty() ? "" : ": " + look.error));
     }
   }
@@ -111,7 +160,7 @@ Result<DriftReport> FindDrift(storage::Store* store, const ToolRegistry& tools,
   for (const ToolInfo& info : tools.List()) {
     if (!info.has_list) continue;
     Tool* tool = tools.Find(info.name);
-    auto held = tool->ListEffects(options.since_ms);
+    auto held = effect::ListEffects(tool, options.since_ms, nullptr);
     if (!held.ok()) {
       report.errors.push_back(info.name + ": list: " + held.status().message());
       continue;
@@ -119,8 +168,8 @@ Result<DriftReport> FindDrift(storage::Store* store, const ToolRegistry& tools,
     for (const ProviderEffect& p : *held) {
       ++report.listed;
       auto [saga_id, step_id] = SplitKey(p.key);
-      bool known = false;
-      if (!saga_id.empty()) {
+      bool known = sent_keys.count(p.key) > 0;
+      if (!known && !saga_id.empty()) {
         const SagaView& view = views.Get(saga_id);
         known = view.found && view.effect_keys.count(p.key) > 0;
         if (!view.found) saga_id.clear();  // no such saga: a finding row only

@@ -18,17 +18,9 @@ using storage::WriteBatch;
 
 namespace {
 
-// Total attempts allowed when each resend follows a status lookup that
-// confirmed the key was not applied (see ResolveUnknown).
-constexpr int kMaxConfirmedAbsentAttempts = 5;
 // The outcome's note when a status lookup said the key was not applied and
 // the step is resent: its `submitted` records `lookup: not_applied`.
 constexpr const char* kNotAppliedByLookup = "resolved_by_status_not_applied";
-
-// Whether losing a record of the tool's call in a crash leaves only what the
-// `submitted` before it did: a state a status lookup or a same-key resend
-// settles without a person.
-bool SettledWithoutAPerson(const ToolInfo& info) { return info.honours_keys || info.has_status; }
 
 }  // namespace
 
@@ -102,14 +94,6 @@ Result<std::vector<int>> SagaRun::DueProcessingSteps() const {
 
 // ---- journal
 
-SagaRun::Durable SagaRun::OutcomeDurability(const ToolInfo& info, int attempt) {
-  return attempt == 1 && SettledWithoutAPerson(info) ? Durable::kWithNextFlush : Durable::kNow;
-}
-
-SagaRun::Durable SagaRun::UnknownDurability(const ToolInfo& info) {
-  return SettledWithoutAPerson(info) ? Durable::kWithNextFlush : Durable::kNow;
-}
-
 JournalEntry SagaRun::Entry(const std::string& step_id, const std::string& event, Json data) const {
   JournalEntry e;
   e.saga_id = rec_.summary.saga_id;
@@ -124,8 +108,8 @@ JournalEntry SagaRun::Entry(const std::string& step_id, const std::string& event
 // Stage + Flush; a batch staged alone becomes durable with the next flush,
 // which comes before any call to the outside world (every `submitted` is
 // flushed at once), before a drive ends, and at terminal states. Only writes
-// whose loss a recovery settles without a person are staged alone (see
-// OutcomeDurability).
+// whose loss a recovery settles without a person are staged alone (the effect
+// protocol's Decision::durability).
 Status SagaRun::Commit(WriteBatch batch) {
   Stage(std::move(batch));
   return Flush();
@@ -393,13 +377,15 @@ Result<Json> SagaRun::ResolveStepArgs(int index) const {
 }
 
 Result<StepEnd> SagaRun::SettleUncertain(StepDrive* d) {
+  d->found_uncertain = d->state() != StepState::kProcessing;
   switch (d->state()) {
     case StepState::kSubmitted: {
       // Found after a crash: the call may have happened.
       d->outcome = ToolOutcome::Unknown("recovered: submitted without a recorded outcome");
       IDEM_RETURN_IF_ERROR(d->Fire(StepEvent::kOutcomeUnknown));
-      IDEM_RETURN_IF_ERROR(CommitStep(*d, "unknown", {{"reason", d->outcome.error}}, {},
-                                      UnknownDurability(d->tool->info())));
+      IDEM_RETURN_IF_ERROR(CommitStep(
+          *d, "unknown", {{"reason", d->outcome.error}}, {},
+          DurabilityOf(effect::UnknownDurability(effect::Capabilities::Of(d->tool->info())))));
       IDEM_FAILPOINT("unknown.after_recorded");
       break;
     }
@@ -419,147 +405,179 @@ Result<StepEnd> SagaRun::SettleUncertain(StepDrive* d) {
   return RunCommands(d);
 }
 
-// A definite failure: keyed retry where policy and the tool allow it.
-// Write tools retry at most once, and only when the tool honours keys or a
-// status lookup confirms the key was not applied.
-StepFacts SagaRun::ClassifyFailure(const StepDrive& d, const ToolOutcome& outcome) {
-  if (d.rolling_back || forward_halted_ || !outcome.retryable ||
-      d.st.attempt >= d.spec->retry.max_attempts) {
-    return StepFacts::WithRetryAllowed(false);
-  }
-  const ToolInfo& info = d.tool->info();
-  bool write = info.effect == EffectClass::kWrite || info.effect == EffectClass::kIrreversible;
-  if (!write || info.honours_keys) return StepFacts::WithRetryAllowed(true);
-  if (info.has_status) {
-    LookupOutcome look;
+// ---- the effect protocol (effect/protocol.h): what each answer leads to
+
+effect::CallKind SagaRun::CallKindOf(const StepDrive& d) const {
+  if (d.spec->two_phase) return effect::CallKind::kCommit;
+  const bool open = spec_.raw.is_object() && spec_.raw.contains("open");  // saga/open_saga.h
+  return open ? effect::CallKind::kOpenCall : effect::CallKind::kAction;
+}
+
+effect::Situation SagaRun::SituationOf(const StepDrive& d, effect::CallKind kind) const {
+  effect::Situation s;
+  s.kind = kind;
+  s.caps = effect::Capabilities::Of(d.tool->info());
+  s.attempt = d.st.attempt;
+  s.max_attempts = d.spec->retry.max_attempts;
+  s.in_flight = d.inherited         ? effect::InFlight::kTakenOver
+                : d.found_uncertain ? effect::InFlight::kCrashed
+                                    : effect::InFlight::kNo;
+  s.max_lookups = options_.lookup_attempts;
+  s.halted = d.rolling_back || forward_halted_;
+  s.can_wait = !d.rolling_back;
+  return s;
+}
+
+effect::Decision SagaRun::LookUpUntilDecided(StepDrive* d, effect::Situation* s,
+                                             LookupOutcome* look) {
+  effect::Decision dec = effect::Decide(*s);
+  const bool check = s->kind == effect::CallKind::kCompletionCheck;
+  while (dec.action == effect::Action::kLookUp) {
+    if (s->lookups > 0) {
+      CallBoundary boundary(this);
+      effect::Sleep(options_.clock, options_.lookup_backoff.BackoffMs(s->lookups + 1, rng_),
+                    &boundary);
+    }
+    if (check) IDEM_FAILPOINT("completion.before_lookup");
     {
-      OutsideCall outside(this);
-      look = d.tool->Lookup(d.key);
+      CallBoundary boundary(this);
+      *look = effect::Lookup(s->kind, d->tool, d->key, &boundary);
     }
-    if (look.kind == LookupKind::kNotApplied) return StepFacts::WithRetryAllowed(true);
+    if (check) IDEM_FAILPOINT("completion.after_lookup");
+    s->answer = effect::AnswerOf(*look);
+    ++s->lookups;
+    dec = effect::Decide(*s);
   }
-  return StepFacts::WithRetryAllowed(false);
+  return dec;
 }
 
-// An unknown outcome: status lookup, else a same-key retry where the tool
-// honours keys, else a person. Never a fresh call.
-StepEvent SagaRun::ResolveUnknown(StepDrive* d) {
-  if (d->state() == StepState::kProcessing) return CheckCompletion(d);
-  const ToolInfo& info = d->tool->info();
-  StepRecord* st = &d->st;
-  ToolOutcome* out = &d->outcome;
-  bool attempts_left = st->attempt < std::max(d->spec->retry.max_attempts, 2);
-  if (info.has_status) {
-    std::string last_error;
-    for (int n = 1; n <= options_.lookup_attempts; ++n) {
-      LookupOutcome look;
-      {
-        OutsideCall outside(this);
-        look = d->tool->Lookup(d->key);
-      }
-      if (look.kind == LookupKind::kApplied) {
-        *out = ToolOutcome::Succeeded(look.result, look.external_ref);
-        out->error = "resolved_by_status";
-        return StepEvent::kResolvedApplied;
-      }
-      if (look.kind == LookupKind::kPending && !d->rolling_back) {
-        // The provider holds the key and has not finished: wait for it.
-        *out = ToolOutcome::Accepted(look.external_ref, look.check_after_ms);
-        return StepEvent::kResolvedPending;
-      }
-      if (look.kind == LookupKind::kFailed) {
-        st->error = "status lookup: the provider failed key " + d->key +
-                    (look.error.empty() ? "" : ": " + look.error);
-        return StepEvent::kResolvedNotApplied;
-      }
-      if (look.kind == LookupKind::kNotApplied) return NotApplied(d, attempts_left);
-      last_error = look.kind == LookupKind::kPending ? "pending during a rollback" : look.error;
-      if (n < options_.lookup_attempts) {
-        const int64_t wait = options_.lookup_backoff.BackoffMs(n + 1, rng_);
-        OutsideCall outside(this);
-        options_.clock->SleepMs(wait);
-      }
+Status SagaRun::OnCallAnswer(StepDrive* d) {
+  StepRecord& st = d->st;
+  ToolOutcome& outcome = d->outcome;
+  effect::Situation s = SituationOf(*d, CallKindOf(*d));
+  s.call = s.answer = effect::AnswerOf(outcome);
+  effect::Decision dec = effect::Decide(s);
+  if (dec.action == effect::Action::kLookUp && s.call == effect::Answer::kFailedRetryable) {
+    // A refused write the provider does not deduplicate: retried only once
+    // its lookup confirms the refusal left nothing behind.
+    LookupOutcome look;
+    dec = LookUpUntilDecided(d, &s, &look);
+    if (dec.action == effect::Action::kRecordSucceeded) {
+      outcome = ToolOutcome::Succeeded(look.result, look.external_ref);
+      outcome.error = "resolved_by_status";
+    } else if (dec.action == effect::Action::kWait) {
+      outcome = ToolOutcome::Accepted(look.external_ref, look.check_after_ms);
+    } else if (dec.action != effect::Action::kRetryAfterBackoff) {
+      dec.action = effect::Action::kRecordFailed;  // the refusal stands
     }
-    st->error = "outcome unknown; status lookup kept failing: " + last_error;
-    return StepEvent::kUnresolvable;
   }
-  if (info.honours_keys || info.effect == EffectClass::kRead ||
-      info.effect == EffectClass::kIdempotent) {
-    if (attempts_left) return StepEvent::kResolvedRetry;
-    st->error = "outcome still unknown after " + std::to_string(st->attempt) +
-                " same-key attempts: " + out->error;
-    return StepEvent::kUnresolvable;
-  }
-  st->error = "outcome unknown (" + out->error + ") and tool " + info.name +
-              " has neither a status lookup nor idempotency keys: a person must check key " +
-              d->key;
-  return StepEvent::kUnresolvable;
-}
-
-StepEvent SagaRun::NotApplied(StepDrive* d, bool attempts_left) {
-  const ToolInfo& info = d->tool->info();
-  StepRecord* st = &d->st;
-  if (d->inherited && !info.honours_keys) {
-    // Another worker submitted this step and lost its lease; it may be
-    // frozen with its call still on the way. The provider does not
-    // deduplicate keys, so "not applied yet" is no proof: a resend could
-    // book twice. A person decides (resolve --decision retry/...).
-    st->error = "taken over from a worker whose call to " + info.name +
-                " may still land, and the tool does not deduplicate keys: check key " + d->key;
-    return StepEvent::kUnresolvable;
-  }
-  // The provider says the key never took effect, so a same-key resend
-  // cannot duplicate it. Attempts burnt by crashes between `submitted`
-  // and the call must not end the saga: allow resends up to a hard cap.
-  bool resend_ok = attempts_left || st->attempt < kMaxConfirmedAbsentAttempts;
-  if (!d->rolling_back && !forward_halted_ && resend_ok) {
-    d->outcome.error = kNotAppliedByLookup;  // the resend's `submitted` says so
-    return StepEvent::kResolvedRetry;
-  }
-  st->error = "status lookup: key " + d->key + " was not applied";
-  return StepEvent::kResolvedNotApplied;
-}
-
-// A processing step's check: one lookup; the saga waits again on pending or
-// a lookup error, until the window's end.
-StepEvent SagaRun::CheckCompletion(StepDrive* d) {
-  StepRecord* st = &d->st;
-  ToolOutcome* out = &d->outcome;
-  const ToolInfo& info = d->tool->info();
-  const int64_t now = options_.clock->NowMs();
-  IDEM_FAILPOINT("completion.before_lookup");
-  LookupOutcome look;
-  {
-    OutsideCall outside(this);
-    look = d->tool->Lookup(d->key);
-  }
-  IDEM_FAILPOINT("completion.after_lookup");
-  switch (look.kind) {
-    case LookupKind::kApplied:
-      *out = ToolOutcome::Succeeded(look.result, look.external_ref);
-      out->error = "resolved_by_status";
-      return StepEvent::kResolvedApplied;
-    case LookupKind::kFailed:
-      st->error = "the provider of " + info.name + " failed key " + d->key +
-                  (look.error.empty() ? "" : ": " + look.error);
-      return StepEvent::kResolvedNotApplied;
-    case LookupKind::kNotApplied:
-      return NotApplied(d, st->attempt < std::max(d->spec->retry.max_attempts, 2));
-    case LookupKind::kPending:
-    case LookupKind::kError:
+  switch (dec.action) {
+    case effect::Action::kRecordSucceeded:
+      d->durability = dec.durability;
+      return d->Fire(StepEvent::kSucceeded);
+    case effect::Action::kRecordFailed:
+    case effect::Action::kRetryAfterBackoff:
+      st.error = outcome.error;
+      return d->Fire(StepEvent::kFailed,
+                     StepFacts::WithRetryAllowed(dec.action == effect::Action::kRetryAfterBackoff));
+    case effect::Action::kWait:
+      return d->Fire(StepEvent::kAccepted);
+    default:
       break;
   }
-  const std::string answer =
-      look.kind == LookupKind::kPending ? "pending" : "lookup error: " + look.error;
-  if (d->check && completion::PastWindow(*d->check, now)) {
+  // Uncertain: journaled `unknown`, then resolved (kResolveOutcome).
+  if (outcome.kind == OutcomeKind::kAccepted) {
+    outcome = ToolOutcome::Unknown("accepted by a tool without a status lookup");
+  }
+  st.error = outcome.error;
+  IDEM_RETURN_IF_ERROR(d->Fire(StepEvent::kOutcomeUnknown));
+  IDEM_RETURN_IF_ERROR(CommitStep(*d, "unknown", {{"reason", outcome.error}}, {},
+                                  DurabilityOf(effect::UnknownDurability(s.caps))));
+  IDEM_FAILPOINT("unknown.after_recorded");
+  return Status::Ok();
+}
+
+StepEvent SagaRun::ResolveUnknown(StepDrive* d) {
+  const bool check = d->state() == StepState::kProcessing;
+  effect::Situation s =
+      SituationOf(*d, check ? effect::CallKind::kCompletionCheck : CallKindOf(*d));
+  s.call = s.answer = check ? effect::Answer::kAccepted : effect::Answer::kUnknown;
+  if (check && d->check) s.past_window = completion::PastWindow(*d->check, options_.clock->NowMs());
+  LookupOutcome look;
+  const effect::Decision dec = LookUpUntilDecided(d, &s, &look);
+  return ResolvedEvent(d, s, dec, look);
+}
+
+StepEvent SagaRun::ResolvedEvent(StepDrive* d, const effect::Situation& s,
+                                 const effect::Decision& dec, const LookupOutcome& look) {
+  StepRecord* st = &d->st;
+  ToolOutcome* out = &d->outcome;
+  const ToolInfo& info = d->tool->info();
+  const bool check = s.kind == effect::CallKind::kCompletionCheck;
+  const std::string code = dec.code;
+  const std::string detail = look.error.empty() ? "" : ": " + look.error;
+  switch (dec.action) {
+    case effect::Action::kRecordSucceeded:
+      *out = ToolOutcome::Succeeded(look.result, look.external_ref);
+      out->error = "resolved_by_status";
+      d->durability = dec.durability;
+      return StepEvent::kResolvedApplied;
+    case effect::Action::kRecordFailed:
+      if (code == "failed_by_provider") {
+        st->error = check ? "the provider of " + info.name + " failed key " + d->key + detail
+                          : "status lookup: the provider failed key " + d->key + detail;
+      } else {
+        st->error = "status lookup: key " + d->key + " was not applied";
+      }
+      return StepEvent::kResolvedNotApplied;
+    case effect::Action::kResend:
+    case effect::Action::kRetryAfterBackoff:
+      // The resend's `submitted` says a lookup found the key absent.
+      if (s.answer == effect::Answer::kNotApplied) out->error = kNotAppliedByLookup;
+      return StepEvent::kResolvedRetry;
+    case effect::Action::kWait:
+      if (check) {
+        const bool pending = s.answer == effect::Answer::kPending;
+        *out =
+            ToolOutcome::Accepted(look.external_ref.empty() ? st->external_ref : look.external_ref,
+                                  pending ? look.check_after_ms : 0);
+        out->error = pending ? "pending" : "lookup error: " + look.error;
+      } else {
+        *out = ToolOutcome::Accepted(look.external_ref, look.check_after_ms);
+      }
+      return StepEvent::kResolvedPending;
+    default:
+      break;
+  }
+  // A person decides.
+  if (code == "completion_window" && d->check) {
+    const std::string answer =
+        s.answer == effect::Answer::kPending ? "pending" : "lookup error: " + look.error;
     st->error = BlockedReason(ParkCode::kCompletionWindow,
                               completion::WindowReason(info.name, d->key, *d->check, answer));
     return StepEvent::kBlocked;
   }
-  *out = ToolOutcome::Accepted(look.external_ref.empty() ? st->external_ref : look.external_ref,
-                               look.kind == LookupKind::kPending ? look.check_after_ms : 0);
-  out->error = answer;
-  return StepEvent::kResolvedPending;
+  if (code == "in_flight_not_proven") {
+    // Another worker submitted this step and lost its lease; it may be
+    // frozen with its call still on the way. "Not applied yet" is no proof
+    // for a provider that does not deduplicate keys.
+    st->error = "taken over from a worker whose call to " + info.name +
+                " may still land, and the tool does not deduplicate keys: check key " + d->key;
+  } else if (code == "lookup_unanswered") {
+    st->error = "outcome unknown; status lookup kept failing: " +
+                (s.answer == effect::Answer::kPending ? std::string("pending during a rollback")
+                                                      : look.error);
+  } else if (code == "unknown_after_resends") {
+    st->error = "outcome still unknown after " + std::to_string(st->attempt) +
+                " same-key attempts: " + out->error;
+  } else if (code == "no_lookup_no_keys") {
+    st->error = "outcome unknown (" + out->error + ") and tool " + info.name +
+                " has neither a status lookup nor idempotency keys: a person must check key " +
+                d->key;
+  } else {
+    st->error = "outcome unknown (" + out->error + "): the effect protocol parks it (" + code + ")";
+  }
+  return StepEvent::kUnresolvable;
 }
 
 Result<StepEnd> SagaRun::RunCommands(StepDrive* d) {
@@ -580,9 +598,10 @@ Result<StepEnd> SagaRun::RunCommands(StepDrive* d) {
         IDEM_RETURN_IF_ERROR(Flush());  // normally done by `submitted`
         IDEM_RETURN_IF_ERROR(CheckLease());
         d->inherited = false;  // from here on the uncertainty is this drive's own
+        d->found_uncertain = false;
         {
-          OutsideCall outside(this);
-          outcome = d->tool->Invoke(call);
+          CallBoundary boundary(this);
+          outcome = effect::Invoke(CallKindOf(*d), d->tool, call, &boundary);
         }
         IDEM_FAILPOINT("step.after_call");
         if (outcome.kind == OutcomeKind::kFailed && outcome.stale && spec.two_phase &&
@@ -594,30 +613,7 @@ Result<StepEnd> SagaRun::RunCommands(StepDrive* d) {
           IDEM_RETURN_IF_ERROR(CommitStep(*d, "stale", {{"error", outcome.error}}));
           return StepEnd::kStale;
         }
-        switch (outcome.kind) {
-          case OutcomeKind::kSucceeded:
-            IDEM_RETURN_IF_ERROR(d->Fire(StepEvent::kSucceeded));
-            break;
-          case OutcomeKind::kFailed:
-            st.error = outcome.error;
-            IDEM_RETURN_IF_ERROR(d->Fire(StepEvent::kFailed, ClassifyFailure(*d, outcome)));
-            break;
-          case OutcomeKind::kAccepted:
-            if (d->tool->info().has_status && !d->rolling_back) {
-              IDEM_RETURN_IF_ERROR(d->Fire(StepEvent::kAccepted));
-              break;
-            }
-            // Nothing to ask how it ends: as uncertain as a lost answer.
-            outcome = ToolOutcome::Unknown("accepted by a tool without a status lookup");
-            [[fallthrough]];
-          case OutcomeKind::kUnknown:
-            st.error = outcome.error;
-            IDEM_RETURN_IF_ERROR(d->Fire(StepEvent::kOutcomeUnknown));
-            IDEM_RETURN_IF_ERROR(CommitStep(*d, "unknown", {{"reason", outcome.error}}, {},
-                                            UnknownDurability(d->tool->info())));
-            IDEM_FAILPOINT("unknown.after_recorded");
-            break;
-        }
+        IDEM_RETURN_IF_ERROR(OnCallAnswer(d));
         break;
       }
       case StepCommand::kResolveOutcome:
@@ -630,8 +626,8 @@ Result<StepEnd> SagaRun::RunCommands(StepDrive* d) {
         int64_t wait =
             outcome.kind == OutcomeKind::kFailed ? spec.retry.BackoffMs(st.attempt + 1, rng_) : 0;
         {
-          OutsideCall outside(this);
-          options_.clock->SleepMs(wait);
+          CallBoundary boundary(this);
+          effect::Sleep(options_.clock, wait, &boundary);
         }
         ++st.attempt;
         Json data = {{"attempt", st.attempt},
@@ -654,8 +650,7 @@ Result<StepEnd> SagaRun::RunCommands(StepDrive* d) {
         if (!st.external_ref.empty()) data["external_ref"] = st.external_ref;
         if (by_status) data["resolved_by"] = "status_lookup";
         if (outcome.replayed) data["replayed"] = true;  // a duplicate the provider absorbed
-        IDEM_RETURN_IF_ERROR(CommitStep(*d, "succeeded", data, {eff},
-                                        OutcomeDurability(d->tool->info(), st.attempt)));
+        IDEM_RETURN_IF_ERROR(CommitStep(*d, "succeeded", data, {eff}, DurabilityOf(d->durability)));
         IDEM_FAILPOINT("step.after_outcome");
         return StepEnd::kSucceeded;
       }

@@ -12,15 +12,16 @@
 //     transaction, fenced on the drive's lease, and reports the journal to
 //     the observer once it is durable;
 //   - argument templates and their context;
-//   - a step's command loop: calling the tool with the step key, classifying
-//     a definite failure (keyed retry or final), and resolving an unknown
-//     outcome (status lookup, same-key resend, or a person), never turning
-//     an uncertain outcome into a fresh call.
+//   - a step's command loop: calling the tool with the step key and carrying
+//     out what the effect protocol (effect/protocol.h) decides about each
+//     answer: record it, a keyed retry, a status lookup, a same-key resend, a
+//     wait for the provider, or a person; never a fresh call for an
+//     uncertain outcome. Every call goes through effect/call.h.
 //
 // Thread safety: one run belongs to one driving thread, except while the
 // forward driver runs several steps at once (saga/branches.h): then every
 // thread that uses the run holds branch_mutex(), and lets it go only around
-// calls to the outside world (OutsideCall). The run keeps pointers to the
+// calls to the outside world (CallBoundary). The run keeps pointers to the
 // store, the tools and the options, which must outlive it.
 
 #include <atomic>
@@ -42,6 +43,8 @@
 #include "tools/tool.h"
 
 #include "common/status.h"
+#include "effect/call.h"
+#include "effect/protocol.h"
 
 namespace idem {
 
@@ -89,6 +92,11 @@ struct StepDrive {
   /// The uncertain call was made by a previous driver that may still be
   /// alive (SagaRun::MarkTakenOver), not by this drive.
   bool inherited = false;
+  /// The step was found uncertain (submitted, unknown) by this drive: the
+  /// call was made by a driver that died or lost its lease.
+  bool found_uncertain = false;
+  /// When the success the protocol decided to record must be durable.
+  effect::Durability durability = effect::Durability::kNow;
   bool rolling_back = false;
   /// The step's check while it waits for its provider (processing), as
   /// stored; written with the step's batches (removed once it stops waiting).
@@ -131,6 +139,7 @@ class SagaRun {
   /// The saga's previous driver may still be alive (a shared store with
   /// leases): a step it left `submitted` may have a call still in flight.
   void MarkTakenOver() { taken_over_ = true; }
+  bool taken_over() const { return taken_over_; }
   /// The saga's pending control request (cancel, pause, resume) as the
   /// store holds it (storage/control_store.h; nullopt for a store without
   /// them, and without a read while the saga is unborn: no request can
@@ -142,7 +151,7 @@ class SagaRun {
   /// write (Store::CommitReadingControl, asked by Flush for a write that
   /// carries no `submitted` and does not end the drive). Used once, only
   /// within kPrefetchFreshMs of the read, and dropped by the next write, by
-  /// a call to the outside world (OutsideCall) and by SettleControl: the
+  /// a call to the outside world (CallBoundary) and by SettleControl: the
   /// check it answers sees every request filed before the drive's last
   /// write, and nothing outside happened since.
   void PrefetchControl(std::optional<storage::ControlRequest> pending);
@@ -188,14 +197,11 @@ class SagaRun {
   // ---- journal
 
   enum class Durable { kNow, kWithNextFlush };
-  /// A step's `succeeded` (a compensation's `compensated`) may wait for the
-  /// next flush when the first attempt of a tool whose outcome a recovery
-  /// settles without a person (keys or a status lookup): a lost later one
-  /// could spend the attempt that ends the step.
-  static Durable OutcomeDurability(const ToolInfo& info, int attempt);
-  /// `unknown` changes nothing a recovery would do differently from the
-  /// `submitted` before it, where a recovery settles it without a person.
-  static Durable UnknownDurability(const ToolInfo& info);
+  /// The protocol's durability (effect::Durability, decided by
+  /// effect/protocol.h) as the run's.
+  static Durable DurabilityOf(effect::Durability d) {
+    return d == effect::Durability::kNow ? Durable::kNow : Durable::kWithNextFlush;
+  }
 
   storage::JournalEntry Entry(const std::string& step_id, const std::string& event,
                               Json data) const;
@@ -237,6 +243,17 @@ class SagaRun {
   /// max_saga_bytes leaves beside the input and the arguments of the steps
   /// already submitted. A breach is kInvalidArgument naming the place.
   Result<Json> ResolveStepArgs(int index) const;
+  /// What the effect protocol needs to know of step `d` (effect::Situation):
+  /// its tool's capabilities, attempts, whether its call may be in flight,
+  /// whether forward attempts are over. The answers are the caller's to set.
+  effect::Situation SituationOf(const StepDrive& d, effect::CallKind kind) const;
+  /// The kind of step `d`'s call: an action, a two-phase commit, an open
+  /// saga's call.
+  effect::CallKind CallKindOf(const StepDrive& d) const;
+  /// Asks step `d`'s status lookup (with the lookup backoff between asks)
+  /// while the protocol decides to look up, and returns its decision;
+  /// `look` gets the last answer.
+  effect::Decision LookUpUntilDecided(StepDrive* d, effect::Situation* s, LookupOutcome* look);
   /// A step found `submitted` or `unknown` (after a crash, a lost lease, or
   /// a rollback reaching it): resolves the outcome, then runs the commands.
   Result<StepEnd> SettleUncertain(StepDrive* d);
@@ -264,25 +281,28 @@ class SagaRun {
   std::mutex& branch_mutex() { return branch_mu_; }
   /// Set, under branch_mutex(), while branches run.
   void set_parallel(bool on) { parallel_ = on; }
-  /// Marks a call to the outside world (a tool's call, preview or status
-  /// lookup; a backoff sleep) for its scope: drops a prefetched control
-  /// request (read before the call, it is stale after it), and while
-  /// branches run lets branch_mutex() go, so the other branches' calls
-  /// overlap it.
-  class OutsideCall {
+  /// The boundary of one call to the outside world made for this run (a
+  /// tool's call, preview or status lookup; a backoff sleep), handed to
+  /// effect/call.h: entering it drops a prefetched control request (read
+  /// before the call, it is stale after it), and while branches run lets
+  /// branch_mutex() go, so the other branches' calls overlap it. One per
+  /// call, on the calling thread.
+  class CallBoundary final : public effect::Boundary {
    public:
-    explicit OutsideCall(SagaRun* run) : run_(run->parallel_ ? run : nullptr) {
-      run->DropPrefetchedControl();
-      if (run_ != nullptr) run_->branch_mu_.unlock();
+    explicit CallBoundary(SagaRun* run) : run_(run) {}
+    void Enter() override {
+      run_->DropPrefetchedControl();
+      unlocked_ = run_->parallel_;
+      if (unlocked_) run_->branch_mu_.unlock();
     }
-    ~OutsideCall() {
-      if (run_ != nullptr) run_->branch_mu_.lock();
+    void Leave() override {
+      if (unlocked_) run_->branch_mu_.lock();
+      unlocked_ = false;
     }
-    OutsideCall(const OutsideCall&) = delete;
-    OutsideCall& operator=(const OutsideCall&) = delete;
 
    private:
     SagaRun* run_;
+    bool unlocked_ = false;
   };
   /// A branch failed for certain: the forward steps still in flight make no
   /// further retry, and no resend after a status lookup said "not applied"
@@ -301,13 +321,17 @@ class SagaRun {
   /// A batch with the step's row, its state from the machine (now also the
   /// run's).
   storage::WriteBatch StepBatch(const StepDrive& d);
-  StepFacts ClassifyFailure(const StepDrive& d, const ToolOutcome& outcome);
+  /// Carries out the protocol's decision about the call's own answer
+  /// (d->outcome): the step event to fire, an `unknown` journaled first for
+  /// an uncertain one.
+  Status OnCallAnswer(StepDrive* d);
+  /// Resolves an uncertain outcome, or a waiting step's due check
+  /// (saga/completion.h), by the protocol: the step event it came to.
   StepEvent ResolveUnknown(StepDrive* d);
-  /// A processing step's check (saga/completion.h): one status lookup.
-  StepEvent CheckCompletion(StepDrive* d);
-  /// The step's not-applied answer: a same-key resend where the rules allow
-  /// it, else a final failure (or a person, for a taken-over call).
-  StepEvent NotApplied(StepDrive* d, bool attempts_left);
+  /// The step event for decision `dec` after lookups about an uncertain
+  /// call, with the step's error or outcome set from `look`.
+  StepEvent ResolvedEvent(StepDrive* d, const effect::Situation& s, const effect::Decision& dec,
+                          const LookupOutcome& look);
 
   storage::Store* store_;
   const ToolRegistry* tools_;

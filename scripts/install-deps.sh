@@ -10,6 +10,7 @@ PACKAGES=(
   libvalijson-dev libcli11-dev libssl-dev prometheus-cpp-dev
   libbenchmark-dev sqlite3 postgresql-15 postgresql-client-15 curl jq
   chromium
+  python3-venv python3-pip python3-setuptools python3-pytest
 )
 
 # The web UI's browser test: playwright-core as locked in tests/ui (no browser
@@ -55,6 +56,8 @@ npm_ci() {
   echo "$want" >"$stamp"
 }
 npm_ci clients/typescript
+# The Python client into clients/python/.venv, offline (scripts/python-client.sh).
+bash "$ROOT/scripts/python-client.sh" >/dev/null
 npm_ci tests/mcp  # the MCP SDK, the conformance suite and Node 22 (docs/mcp.md)
 npm_ci tests/mcp_upstream
 # The peer engines of `make bench-peers` (bench/peers): DBOS Transact and

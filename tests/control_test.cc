@@ -261,7 +261,11 @@ TEST_P(ControlTest, APrefetchedRequestAnswersOnlyWhileFreshUntilACallOrASettle) 
   // A call to the outside world drops it, however fresh: a request filed
   // during the call is seen by the check after it.
   run.PrefetchControl(std::nullopt);
-  { SagaRun::OutsideCall call(&run); }
+  {
+    SagaRun::CallBoundary call(&run);
+    call.Enter();
+    call.Leave();
+  }
   auto after_call = run.PendingControl();
   ASSERT_TRUE(after_call.ok()) << after_call.status().ToString();
   EXPECT_TRUE(after_call->has_value()) << "read ahead before the call: read again after it";

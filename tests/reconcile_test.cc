@@ -196,6 +196,53 @@ TEST_P(ReconcileTest, AProviderEffectTheJournalDoesNotKnowIsAnOrphan) {
   EXPECT_EQ(DriftEntries(saga), 1);
 }
 
+// A step keyed by the business (`"key": "room:${input.order}"`) sends that
+// key: the drift check asks the provider about it, and the provider's
+// listing of it is no orphan. A step a guard's read found done made no call:
+// the provider rightly knows nothing of its saga/step key.
+TEST_P(ReconcileTest, BusinessKeysAndGuardedStepsAreNoDrift) {
+  ToolInfo find;
+  find.name = "rooms.find";
+  find.effect = EffectClass::kRead;
+  ASSERT_OK(tools_.Register(std::make_unique<FunctionTool>(find, [](const ToolCall&) {
+    return ToolOutcome::Succeeded({{"found", true}, {"booking", {{"ref", "R-front-desk"}}}});
+  })));
+  auto spec = ParseSpec(
+      Json{
+          {"name", "order"},
+          {"steps",
+           {{{"id", "room"},
+             {"tool", "rooms.book"},
+             {"key", "room:${input.order}"},
+             {"compensate", {{"tool", "rooms.cancel"}}}},
+            {{"id", "held"},
+             {"tool", "rooms.book"},
+             {"guard", {{"tool", "rooms.find"}, {"exists_when", "/found"}, {"result", "/booking"}}},
+             {"compensate", {{"tool", "rooms.cancel"}}}}}}},
+      tools_);
+  ASSERT_OK(spec);
+  auto sub = engine_->Submit(*spec, Json{{"order", "A-1001"}}, "order-A-1001");
+  ASSERT_OK(sub);
+  ASSERT_OK_AND_ASSIGN(auto rec, engine_->Run(sub->saga_id));
+  ASSERT_EQ(rec.summary.state, "succeeded");
+  ASSERT_OK_AND_ASSIGN(auto report, reconcile::FindDrift(store_.get(), tools_, Options()));
+  for (const reconcile::Drift& d : report.drifts) {
+    ADD_FAILURE() << d.finding.kind << " " << d.finding.tool << " " << d.finding.key << ": "
+                  << d.finding.detail;
+  }
+  EXPECT_TRUE(report.errors.empty());
+  EXPECT_EQ(report.checked, 4) << "three stays and the business-keyed room";
+  EXPECT_EQ(report.listed, 4);
+  EXPECT_EQ(DriftEntries(sub->saga_id), 0);
+
+  // The business key is the one asked: lost at the provider, it is drift.
+  ledger_.Erase("room:A-1001");
+  ASSERT_OK_AND_ASSIGN(report, reconcile::FindDrift(store_.get(), tools_, Options()));
+  ASSERT_EQ(report.drifts.size(), 1u);
+  EXPECT_EQ(report.drifts[0].finding.kind, "effect_missing");
+  EXPECT_EQ(report.drifts[0].finding.key, "room:A-1001");
+}
+
 // `serve|worker --reconcile-every`: the background job runs a round at once
 // and then every interval; the drift it finds is journaled and counted.
 TEST_P(ReconcileTest, TheBackgroundJobFindsADriftWithItsJournalEntryAndMetric) {

@@ -3,8 +3,10 @@
 // spec, arguments, results or reasons is put in the page with textContent
 // (the helper `el` below), never parsed as HTML.
 
-const STATES = ['pending', 'running', 'awaiting_approval', 'succeeded', 'compensating',
-  'compensated', 'failed', 'cancelled', 'needs_attention', 'paused'];
+// Every saga state of server/openapi.json (SagaState), in its order;
+// clients/python/tests/test_vocabulary.py checks the two agree.
+const STATES = ['pending', 'running', 'awaiting_approval', 'awaiting_completion', 'succeeded',
+  'compensating', 'compensated', 'failed', 'cancelled', 'needs_attention', 'paused', 'open'];
 const SETTLED = new Set(['succeeded', 'compensated', 'failed', 'cancelled', 'needs_attention']);
 const PAGE = 25;
 

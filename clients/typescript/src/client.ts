@@ -7,7 +7,6 @@
 import { IdemError, errorFromResponse, networkError } from "./errors.js";
 import { type RetryEvent, type RetryOptions, type ResolvedRetry, backoffMs, resolveRetry, sleep } from "./retry.js";
 import {
-  FINAL_SAGA_STATES,
   type Approval,
   type BeginRequest,
   type CallAnswer,
@@ -24,6 +23,7 @@ import {
   type SpecVersion,
   type SubmitRequest,
 } from "./types.js";
+import { BUSY_PROBLEMS, FINAL_SAGA_STATES } from "./vocabulary.js";
 
 export interface IdemClientOptions {
   /** The server, e.g. "http://127.0.0.1:8080" (the client adds /v1). */
@@ -86,13 +86,8 @@ export interface IdemRequest {
   onRetry?: (event: RetryEvent) => void;
 }
 
-/**
- * 409s that mean "not now", not "no": the same key is still being answered
- * (a retry that overtook its first attempt), the saga is being driven, or
- * another call of the open saga is running (e.g. the one a restarted server
- * is settling). Retried like a 503 when the request is safe to repeat.
- */
-const BUSY = new Set(["idempotency-key-in-flight", "saga-busy", "call-in-progress"]);
+/** 409s that mean "not now" (vocabulary.ts): retried like a 503 when the request is safe to repeat. */
+const BUSY: ReadonlySet<string> = new Set(BUSY_PROBLEMS);
 
 function enc(segment: string): string {
   if (typeof segment !== "string" || segment.length === 0) {
@@ -231,7 +226,7 @@ export class IdemClient {
     sagaId: string,
     opts: CallOptions & { until?: (s: Saga) => boolean; intervalMs?: number; timeoutMs?: number } = {},
   ): Promise<Saga> {
-    const until = opts.until ?? ((s: Saga) => FINAL_SAGA_STATES.includes(s.state));
+    const until = opts.until ?? ((s: Saga) => (FINAL_SAGA_STATES as readonly SagaState[]).includes(s.state));
     const deadline = Date.now() + (opts.timeoutMs ?? 30000);
     for (;;) {
       const saga = await this.getSaga(sagaId, opts);
@@ -276,6 +271,15 @@ export class IdemClient {
   /** GET /v1/approvals: commits waiting for a person. */
   async approvals(opts: CallOptions = {}): Promise<Approval[]> {
     return (await this.#get<{ approvals: Approval[] }>("/v1/approvals", undefined, opts)).body.approvals;
+  }
+
+  /**
+   * The approval waiting for a step (an open saga's call: its step_id), with
+   * its token, or undefined (decided already, or not this caller's to see).
+   * For a person's client: an agent never gets the token.
+   */
+  async approvalFor(sagaId: string, step: string, opts: CallOptions = {}): Promise<Approval | undefined> {
+    return (await this.approvals(opts)).find((a) => a.saga_id === sagaId && a.step === step);
   }
 
   /** POST /v1/approvals/{token}/approve (never retried: a repeat is 409 approval-not-pending). */
@@ -359,9 +363,20 @@ export class IdemClient {
     return res.body;
   }
 
-  /** GET /v1/sagas/{id}/calls/{call_id}: the call's answer as it stands; calls nothing. */
-  async getCall(sagaId: string, callId: string, opts: CallOptions = {}): Promise<CallAnswer> {
-    return (await this.#get<CallAnswer>(`/v1/sagas/${enc(sagaId)}/calls/${enc(callId)}`, undefined, opts)).body;
+  /**
+   * GET /v1/sagas/{id}/calls/{call_id}: the call's answer as it stands
+   * (with `wait`, once settled or after N seconds); calls nothing.
+   */
+  async getCall(sagaId: string, callId: string, opts: WaitOptions = {}): Promise<CallAnswer> {
+    return (
+      await this.request<CallAnswer>({
+        method: "GET",
+        path: `/v1/sagas/${enc(sagaId)}/calls/${enc(callId)}`,
+        retry: { safe: true, key: undefined },
+        wait: opts.wait,
+        signal: opts.signal,
+      })
+    ).body;
   }
 
   /**
@@ -463,7 +478,7 @@ export class OpenSagaSession {
     return this.client.call(this.sagaId, req, opts);
   }
 
-  getCall(callId: string, opts: CallOptions = {}): Promise<CallAnswer> {
+  getCall(callId: string, opts: WaitOptions = {}): Promise<CallAnswer> {
     return this.client.getCall(this.sagaId, callId, opts);
   }
 

@@ -20,3 +20,4 @@ export {
 export type { IdemErrorKind, Problem } from "./errors.js";
 export type { RetryOptions, RetryEvent } from "./retry.js";
 export * from "./types.js";
+export * from "./vocabulary.js";

@@ -1,5 +1,6 @@
 // The OpenAI Agents SDK adapter (@openai/agents): function tools whose every
-// invocation is an idem open-saga call keyed by the SDK's tool-call id.
+// invocation is an idem open-saga call keyed by the SDK's tool-call id, and
+// whose approvals are the SDK's own (needsApproval, interruptions, RunState).
 //
 // Where the id comes from: the SDK's runner calls a function tool as
 // `invoke(runContext, input, {toolCall})` (agents-core runner/toolExecution:
@@ -8,21 +9,50 @@
 // model's function_call item: `callId` (the model's tool-call id, "call_..."),
 // `id` (the item id), `name`, `arguments`. The model's own request (the
 // prompt) never reaches a tool: DecisionRecorder wraps the Model to see it.
+// `needsApproval(runContext, input, callId)` gets the same call id.
+//
+// Approvals: needsApproval makes the idem call (idem alone knows whether the
+// call waits for a person: a two-phase tool with approval, a policy rule);
+// when idem answers awaiting_approval, needsApproval is true and the run
+// stops with the SDK's interruption (result.interruptions, a
+// RunToolApprovalItem). The person decides on the RunState, here or in
+// another process after `state.toString()` / `RunState.fromString`;
+// `IdemApprovals.approve/reject` record the decision in idem as that person
+// (their own client: idem refuses a self-approval) and on the RunState. A
+// plain `state.approve(item)` works
+// too: the resumed run invokes the tool, which finds the call still waiting
+// and records the approval with `approver`. A rejection fails the call in
+// idem (nothing is done); the saga stays open for the agent.
 //
 // The tool's own execute is not run: idem runs the registered idem tool (an
 // HTTP tool or an in-process tool of the server) under the journal protocol,
 // so the SDK tool contributes its name, description and parameter schema.
 
-import { tool, type FunctionTool, type Model, type ModelRequest, type ModelResponse, type RunContext } from "@openai/agents";
+import {
+  tool,
+  type FunctionTool,
+  type Model,
+  type ModelRequest,
+  type ModelResponse,
+  type RunContext,
+  type RunState,
+  type RunToolApprovalItem,
+} from "@openai/agents";
 
-import { IdemError } from "./errors.js";
-import type { OpenSagaSession } from "./client.js";
+import {
+  BoundedMap,
+  answerText,
+  callThroughIdem,
+  canonicalJson,
+  recordDecision,
+  sha256Hex,
+  type IdemCallOptions,
+  type PersonDecision,
+} from "./agent_calls.js";
+import type { IdemClient } from "./client.js";
 import type { CallAnswer, ModelDecision } from "./types.js";
 
-/** What the model decided for one tool call, as seen by DecisionRecorder. */
-interface Seen {
-  decision: ModelDecision;
-}
+export { answerText, canonicalJson, sha256Hex } from "./agent_calls.js";
 
 /**
  * Records each model decision: wrap the agent's Model with `wrap()`, and
@@ -33,13 +63,12 @@ interface Seen {
  * decided. `keepPrompt` also sends the prompt text itself.
  */
 export class DecisionRecorder {
-  readonly #seen = new Map<string, Seen>();
+  readonly #seen: BoundedMap<ModelDecision>;
   readonly #keepPrompt: boolean;
-  readonly #maxEntries: number;
 
   constructor(opts: { keepPrompt?: boolean; maxEntries?: number } = {}) {
     this.#keepPrompt = opts.keepPrompt ?? false;
-    this.#maxEntries = opts.maxEntries ?? 10000;
+    this.#seen = new BoundedMap(opts.maxEntries ?? 10000);
   }
 
   /** A Model that answers as `model` and records the decisions in its answers. */
@@ -73,129 +102,85 @@ export class DecisionRecorder {
         prompt_sha256: promptSha256,
       };
       if (this.#keepPrompt) decision.prompt = prompt;
-      this.#seen.set(item.callId, { decision });
-      if (this.#seen.size > this.#maxEntries) {
-        const oldest = this.#seen.keys().next().value;
-        if (oldest !== undefined) this.#seen.delete(oldest);
-      }
+      this.#seen.set(item.callId, decision);
     }
   }
 
   /** The decision recorded for a call id, if the model's answer passed through wrap(). */
   decisionFor(callId: string): ModelDecision | undefined {
     const seen = this.#seen.get(callId);
-    return seen ? { ...seen.decision } : undefined;
+    return seen ? { ...seen } : undefined;
   }
 }
 
-export interface IdemToolOptions {
-  /** The open saga the calls belong to. */
-  session: OpenSagaSession;
-  /** The SDK tool's name → the idem tool's (default: the same name). */
-  toolNames?: Record<string, string> | ((sdkName: string) => string);
+export interface IdemToolOptions extends IdemCallOptions {
   /** Where the model decisions come from (see DecisionRecorder); without it no decision is sent. */
   decisions?: DecisionRecorder;
-  /** Prefer: wait=N for each call: seconds the server may hold the answer. */
-  wait?: number;
-  /** Tools whose repeated arguments mean a second effect (sent as repeat: true). */
-  repeatable?: string[];
+  /**
+   * How a call that waits for a person reaches the run: `"interrupt"` (the
+   * default) through the SDK's needsApproval, so the run stops with an
+   * interruption; `"text"`: the model reads that it waits (and the tool has
+   * no needsApproval of its own).
+   */
+  approvals?: "interrupt" | "text";
+  /**
+   * The client of the person who approves in the SDK (their credentials,
+   * never the agent's): a resumed run that finds an approved call still
+   * waiting in idem records the approval with it.
+   */
+  approver?: IdemClient;
   /** Turns an answer into the text the model reads (default: answerText). */
   formatAnswer?: (answer: CallAnswer, tool: string) => string;
 }
 
-/**
- * The text the model reads for an answer: the result (as JSON, with a note
- * when idem answered a repeated call from its journal), "waiting for
- * approval" with what the person sees, or the failure.
- */
-export function answerText(answer: CallAnswer, toolName: string): string {
-  switch (answer.state) {
-    case "succeeded": {
-      if (!answer.deduplicated) return JSON.stringify(answer.result ?? null);
-      return JSON.stringify({
-        result: answer.result ?? null,
-        note:
-          `idem answered this from its journal: this call repeats ${answer.duplicate_of ?? "an earlier call"}` +
-          ` (${answer.reason ?? "same call"}); nothing was done again`,
-      });
-    }
-    case "failed":
-    case "rejected": {
-      const e = answer.error ?? { code: answer.state, message: "", retryable: false };
-      return (
-        `${toolName} failed (${e.code}): ${e.message}. ` +
-        (e.retryable ? "It may be retried." : "Do not retry it with the same arguments.")
-      );
-    }
-    case "awaiting_approval": {
-      const a = answer.approval ?? {};
-      const where = [a.approve_at?.ui, a.approve_at?.api, a.approve_at?.cli].filter(Boolean).join(", ");
-      return (
-        `${toolName} is waiting for a person's approval` +
-        (a.summary ? `: ${a.summary}` : "") +
-        (a.expires_at ? ` (until ${a.expires_at})` : "") +
-        (where ? `. It is approved at ${where}` : "") +
-        ". Nothing is done until then; ask again later with the same arguments to learn the outcome."
-      );
-    }
-    default:
-      return (
-        `${toolName}: the outcome is not known yet (${answer.state}); idem settles it. ` +
-        "Ask again later with the same arguments; do not assume it failed."
-      );
-  }
+/** Answers idem gave to needsApproval, for the invoke that follows (no second request). */
+const ASKED = new WeakMap<IdemToolOptions, BoundedMap<CallAnswer>>();
+
+function asked(opts: IdemToolOptions): BoundedMap<CallAnswer> {
+  let m = ASKED.get(opts);
+  if (!m) ASKED.set(opts, (m = new BoundedMap<CallAnswer>(1000)));
+  return m;
 }
 
-function idemName(opts: IdemToolOptions, sdkName: string): string {
-  const m = opts.toolNames;
-  if (typeof m === "function") return m(sdkName);
-  return m?.[sdkName] ?? sdkName;
-}
-
-/**
- * One invocation of an SDK tool as an idem call: keyed by the SDK's
- * tool-call id, with the model decision. Refusals the model can act on (bad
- * arguments, a tool not allowed) become text for the model; an outcome that
- * is not known (the server unreachable after the retries, 5xx), a saga that
- * is no longer open or bad credentials are thrown, so the run stops and can
- * be resumed with the same call id.
- */
-async function callThroughIdem(
+async function askIdem(
   opts: IdemToolOptions,
   sdkName: string,
   args: unknown,
-  details: { toolCall?: { callId: string; id?: string }; signal?: AbortSignal } | undefined,
+  callId: string | undefined,
+  signal?: AbortSignal,
+): Promise<string | CallAnswer> {
+  const decision = callId ? opts.decisions?.decisionFor(callId) : undefined;
+  const out = await callThroughIdem(opts, sdkName, args, callId, decision, signal);
+  return out.refusal ?? out.answer;
+}
+
+/** needsApproval: idem decides (the call is made here; invoke uses its answer). */
+function needsApprovalFor(opts: IdemToolOptions, sdkName: string) {
+  return async (_ctx: RunContext<unknown>, input: unknown, callId?: string): Promise<boolean> => {
+    const answer = await askIdem(opts, sdkName, input, callId);
+    if (typeof answer === "string") return false;
+    if (callId) asked(opts).set(callId, answer);
+    return answer.state === "awaiting_approval";
+  };
+}
+
+/** One invocation: the answer needsApproval got, or the call; an approved call still waiting is approved as `approver`. */
+async function invokeThroughIdem(
+  opts: IdemToolOptions,
+  sdkName: string,
+  args: unknown,
+  details: { toolCall?: { callId: string }; signal?: AbortSignal } | undefined,
 ): Promise<string> {
   const callId = details?.toolCall?.callId;
-  if (!callId) {
-    throw new Error(`idem: tool ${sdkName} was invoked without the SDK's tool call (no call id to key it by)`);
+  const cached = callId ? asked(opts).get(callId) : undefined;
+  if (callId) asked(opts).delete(callId);
+  let answer = cached ?? (await askIdem(opts, sdkName, args, callId, details?.signal));
+  if (typeof answer === "string") return answer;
+  // The SDK runs a tool whose needsApproval said true only once it was approved.
+  if (answer.state === "awaiting_approval" && opts.approvals !== "text" && opts.approver && callId) {
+    answer = await recordDecision(opts.session, opts.approver, callId, { approved: true }, opts.wait ?? 10);
   }
-  const toolName = idemName(opts, sdkName);
-  if (args === null || typeof args !== "object" || Array.isArray(args)) {
-    return `${toolName}: the arguments must be a JSON object`;
-  }
-  // idem requires the model and the prompt's SHA-256 in a decision: without
-  // a recorder that saw the model's answer there is none to send.
-  const decision: ModelDecision | undefined = opts.decisions?.decisionFor(callId);
-  try {
-    const answer = await opts.session.call(
-      {
-        call_id: callId,
-        tool: toolName,
-        args: args as Record<string, unknown>,
-        ...(opts.repeatable?.includes(toolName) ? { repeat: true } : {}),
-        ...(decision ? { decision } : {}),
-      },
-      { wait: opts.wait, signal: details?.signal },
-    );
-    return (opts.formatAnswer ?? answerText)(answer, toolName);
-  } catch (e) {
-    const refused = ["invalid", "forbidden", "conflict", "call_id_reused"];
-    if (e instanceof IdemError && refused.includes(e.kind)) {
-      return `${toolName} was refused by idem (${e.problemName}): ${e.detail || e.title}`;
-    }
-    throw e;
-  }
+  return (opts.formatAnswer ?? answerText)(answer, answer.tool ?? sdkName);
 }
 
 function parseArgs(input: string): unknown {
@@ -209,9 +194,10 @@ function parseArgs(input: string): unknown {
 
 /**
  * Wraps SDK function tools (made with `tool()`) so that each invocation is
- * an idem call on `opts.session`; the tools keep their names, descriptions,
- * parameter schemas and approval policy. Tools that are not function tools
- * are returned as they are.
+ * an idem call on `opts.session`, and a call that waits for a person is the
+ * SDK's interruption (unless `approvals: "text"`); the tools keep their
+ * names, descriptions and parameter schemas. Tools that are not function
+ * tools are returned as they are.
  */
 export function idemTools<T extends { type: string }>(tools: T[], opts: IdemToolOptions): T[] {
   return tools.map((t) => {
@@ -220,8 +206,9 @@ export function idemTools<T extends { type: string }>(tools: T[], opts: IdemTool
     const wrapped: FunctionTool<unknown, any, unknown> = {
       ...fn,
       errorFunction: null,
+      ...(opts.approvals === "text" ? {} : { needsApproval: needsApprovalFor(opts, fn.name) as any }),
       invoke: async (_ctx: RunContext<unknown>, input: string, details?: any) =>
-        callThroughIdem(opts, fn.name, parseArgs(input), details),
+        invokeThroughIdem(opts, fn.name, parseArgs(input), details),
     };
     return wrapped as unknown as T;
   });
@@ -237,7 +224,11 @@ export function idemTool(
   opts: IdemToolOptions,
 ): FunctionTool<unknown, any, string> {
   const own: IdemToolOptions = def.idemTool
-    ? { ...opts, toolNames: (n: string) => (n === def.name ? def.idemTool! : idemName(opts, n)) }
+    ? {
+        ...opts,
+        toolNames: (n: string) =>
+          n === def.name ? def.idemTool! : typeof opts.toolNames === "function" ? opts.toolNames(n) : (opts.toolNames?.[n] ?? n),
+      }
     : opts;
   return tool({
     name: def.name,
@@ -245,23 +236,41 @@ export function idemTool(
     parameters: def.parameters,
     strict: def.strict ?? true,
     errorFunction: null,
-    execute: (args: unknown, _ctx?: RunContext<unknown>, details?: any) => callThroughIdem(own, def.name, args, details),
+    ...(opts.approvals === "text" ? {} : { needsApproval: needsApprovalFor(own, def.name) }),
+    execute: (args: unknown, _ctx?: RunContext<unknown>, details?: any) => invokeThroughIdem(own, def.name, args, details),
   } as any) as FunctionTool<unknown, any, string>;
 }
 
-/** Canonical JSON: object keys sorted, no spaces (the prompt's fingerprint input). */
-export function canonicalJson(value: unknown): string {
-  if (value === null || typeof value !== "object") return JSON.stringify(value ?? null);
-  if (Array.isArray(value)) return `[${value.map(canonicalJson).join(",")}]`;
-  const obj = value as Record<string, unknown>;
-  const keys = Object.keys(obj)
-    .filter((k) => obj[k] !== undefined)
-    .sort();
-  return `{${keys.map((k) => `${JSON.stringify(k)}:${canonicalJson(obj[k])}`).join(",")}}`;
-}
+/**
+ * A person's decisions on the SDK's interruptions, recorded in idem as that
+ * person and on the RunState: `approve` lets idem commit the call when the
+ * run resumes; `reject` fails the call in idem (nothing is done; the open
+ * saga stays open) and tells the model it was not approved.
+ */
+export class IdemApprovals {
+  readonly #opts: Pick<IdemToolOptions, "session" | "wait"> & { approver: IdemClient };
 
-/** Hex SHA-256 of a UTF-8 string (the platform's Web Crypto). */
-export async function sha256Hex(text: string): Promise<string> {
-  const digest = await globalThis.crypto.subtle.digest("SHA-256", new TextEncoder().encode(text));
-  return Array.from(new Uint8Array(digest), (b) => b.toString(16).padStart(2, "0")).join("");
+  constructor(opts: Pick<IdemToolOptions, "session" | "wait"> & { approver: IdemClient }) {
+    this.#opts = opts;
+  }
+
+  /** Approves `item` in idem (as the approver) and on `state`; resume the run with `state` afterwards. */
+  async approve(state: RunState<any, any>, item: RunToolApprovalItem, opts: { note?: string } = {}): Promise<CallAnswer> {
+    const answer = await this.#decide(item, { approved: true, note: opts.note });
+    state.approve(item);
+    return answer;
+  }
+
+  /** Rejects `item` in idem (the call fails, nothing is done) and on `state`. */
+  async reject(state: RunState<any, any>, item: RunToolApprovalItem, opts: { reason: string }): Promise<CallAnswer> {
+    const answer = await this.#decide(item, { approved: false, reason: opts.reason });
+    state.reject(item, { message: `A person rejected this call: ${opts.reason}. Nothing was done.` });
+    return answer;
+  }
+
+  #decide(item: RunToolApprovalItem, decision: PersonDecision): Promise<CallAnswer> {
+    const callId = (item.rawItem as { callId?: string }).callId;
+    if (!callId) throw new Error("idem: this interruption is not a function tool call (no call id)");
+    return recordDecision(this.#opts.session, this.#opts.approver, callId, decision, this.#opts.wait ?? 10);
+  }
 }

@@ -2,37 +2,20 @@
 // Fields the server may add later are allowed (index signatures where the
 // document says "object"); the client never drops what it receives.
 
-export type SagaState =
-  | "pending"
-  | "running"
-  | "open"
-  | "awaiting_approval"
-  | "succeeded"
-  | "compensating"
-  | "compensated"
-  | "failed"
-  | "cancelled"
-  | "needs_attention"
-  | "paused";
+import {
+  CALL_STATES,
+  RESOLVE_DECISIONS,
+  SAGA_PARK_CODES,
+  SAGA_STATES,
+  STEP_PARK_CODES,
+  STEP_STATES,
+} from "./vocabulary.js";
 
-/** States after which a saga does nothing more by itself. */
-export const FINAL_SAGA_STATES: readonly SagaState[] = ["succeeded", "compensated", "failed", "cancelled"];
-
-export type StepState =
-  | "planned"
-  | "previewed"
-  | "awaiting_approval"
-  | "submitted"
-  | "processing"
-  | "unknown"
-  | "succeeded"
-  | "failed"
-  | "compensating"
-  | "compensated"
-  | "compensation_failed"
-  | "needs_attention";
-
-export type ParkCode = "missing_value" | "unknown_tool" | "invalid_spec" | "store_error";
+export type SagaState = (typeof SAGA_STATES)[number];
+export type StepState = (typeof STEP_STATES)[number];
+export type ParkCode = (typeof SAGA_PARK_CODES)[number];
+export type StepParkCode = (typeof STEP_PARK_CODES)[number];
+export type CallState = (typeof CALL_STATES)[number];
 
 export interface SagaSummary {
   saga_id: string;
@@ -59,7 +42,7 @@ export interface Step {
   result: unknown;
   external_ref: string;
   error: string;
-  park_code?: ParkCode;
+  park_code?: StepParkCode;
   compensation_attempts: number;
   compensation_result: unknown;
   preview?: unknown;
@@ -142,7 +125,7 @@ export interface SpecVersion {
   spec?: Record<string, unknown>;
 }
 
-export type ResolveDecision = "applied" | "not_applied" | "retry" | "undone" | "retry_undo";
+export type ResolveDecision = (typeof RESOLVE_DECISIONS)[number];
 
 export interface Resolution {
   step: string;
@@ -202,7 +185,7 @@ export interface CallSucceeded extends CallBase {
 }
 
 export interface CallFailed extends CallBase {
-  state: "failed" | "rejected";
+  state: "failed";
   error: { code: string; message: string; retryable: boolean };
 }
 
@@ -223,12 +206,27 @@ export interface CallAwaitingApproval extends CallBase {
   approval: ApprovalRequest;
 }
 
+/** The outcome is not known yet: ask again with the same call_id. */
 export interface CallPending extends CallBase {
-  state: "processing" | "unknown" | "submitted" | "planned";
+  state: "processing" | "unknown";
+}
+
+/**
+ * The call needs a person (`needs_attention`), or the saga rolled back and
+ * this call is being undone or was undone (`compensating`, `compensated`,
+ * `compensation_failed`), e.g. after a rejection.
+ */
+export interface CallUndone extends CallBase {
+  state: "needs_attention" | "compensating" | "compensated" | "compensation_failed";
+  error?: { code: string; message: string; retryable: boolean };
 }
 
 /** The answer to an open-saga call, discriminated by `state`. */
-export type CallAnswer = CallSucceeded | CallFailed | CallAwaitingApproval | CallPending;
+export type CallAnswer = CallSucceeded | CallFailed | CallAwaitingApproval | CallPending | CallUndone;
+
+type Same<A, B> = [A] extends [B] ? ([B] extends [A] ? true : false) : false;
+/** Compile-time check: CallAnswer has a shape for every state of CALL_STATES, and no other. */
+export const CALL_ANSWER_COVERS_CALL_STATES: Same<CallAnswer["state"], CallState> = true;
 
 export interface CommitAnswer {
   state: SagaState;

@@ -105,7 +105,7 @@ test("each SDK tool invocation is an idem call keyed by the model's call id, wit
   assert.match(replayed.note, /repeats call_f1 \(same call_id\); nothing was done again/);
 });
 
-test("the model reads 'waiting for approval' with the summary, and a failure as a failure", async () => {
+test("with approvals: 'text', the model reads 'waiting for approval' with the summary, and a failure as a failure", async () => {
   const { f, calls } = contractFetch({ approvalTools: ["payments.charge"], failingTools: ["hotels.book"] });
   const session = new IdemClient({ baseUrl: "http://idem.test", fetch: f }).openSaga("sg_2");
   const charge = idemTool(
@@ -115,7 +115,7 @@ test("the model reads 'waiting for approval' with the summary, and a failure as 
       parameters: z.object({ traveller: z.string(), amount_cents: z.number().int() }),
       idemTool: "payments.charge",
     },
-    { session },
+    { session, approvals: "text" },
   );
   const model = new ScriptedModel([
     [{ call: "charge_card", args: { traveller: "Ana", amount_cents: 184000 }, callId: "call_p1" }],

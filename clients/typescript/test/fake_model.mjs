@@ -96,6 +96,20 @@ export function travelTools() {
   ];
 }
 
+/** The card charge (payments.charge in idem: two-phase, waits for a person in the tests' tools file). */
+export function chargeTool() {
+  return tool({
+    name: "charge_card",
+    description: "Charge the traveller's card",
+    parameters: z.object({ traveller: TRAVELLER, amount_cents: z.number().int(), currency: z.string(), description: z.string() }),
+    execute: async () => {
+      throw new Error("runs in idem, not in the agent");
+    },
+  });
+}
+
+export const CHARGE = { traveller: "Ana", amount_cents: 184000, currency: "EUR", description: "Tokyo trip" };
+
 /** SDK tool name -> idem tool name. */
 export const TRAVEL_TOOL_NAMES = { reserve_flight: "flights.reserve", book_hotel: "hotels.book", rent_car: "cars.rent" };
 

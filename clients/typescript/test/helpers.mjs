@@ -183,3 +183,111 @@ export function cleanup(dir) {
 
 export const TRIP = JSON.parse(readFileSync(path.join(SOURCE_DIR, "examples/travel_booking/trip.json"), "utf8"));
 export const TRIP_INPUT = JSON.parse(readFileSync(path.join(SOURCE_DIR, "examples/travel_booking/input.json"), "utf8"));
+
+/**
+ * The travel tools file for the framework adapters' tests: every booking
+ * names its undo (open sagas), and payments.charge is previewed and waits
+ * for a person (two-phase, human approval).
+ */
+export function approvalToolsFile(dir, providersPort) {
+  const file = toolsFile(dir, providersPort, { open: true });
+  const doc = JSON.parse(readFileSync(file, "utf8"));
+  for (const t of doc.tools) {
+    if (t.name === "payments.charge") {
+      t.two_phase = true;
+      t.approval = "human";
+    }
+  }
+  writeFileSync(file, JSON.stringify(doc, null, 2));
+  return file;
+}
+
+/**
+ * A world for the adapters: the providers (with `faults`, e.g.
+ * "flights.reserve=delay(1500)@1"), `idem serve` with an auth file and the
+ * approval tools file, and clients for the agent (agent-1) and the person
+ * who approves (maria, role approver): two principals, as deployed.
+ */
+export async function adapterWorld(name, { faults = [], IdemClient } = {}) {
+  const dir = tempDir(name);
+  const providers = await startProviders(dir, faults.flatMap((f) => ["--fault", f]));
+  const auth = authFile(dir);
+  const server = await startServer(dir, { tools: approvalToolsFile(dir, providers.port), auth: auth.file });
+  const retry = { attempts: 40, baseDelayMs: 50, maxDelayMs: 400 };
+  return {
+    dir,
+    providers,
+    server,
+    auth,
+    agent: new IdemClient({ baseUrl: server.baseUrl, token: auth.tokens.agent, retry }),
+    person: new IdemClient({ baseUrl: server.baseUrl, token: auth.tokens.approver, retry }),
+    /** provider.operation of every effect in the ledger, sorted. */
+    effects() {
+      return readLedger(providers.ledger)
+        .effects.map((e) => `${e.provider}.${e.operation}`)
+        .sort();
+    },
+    clean: () => ledgerClean(providers.ledger),
+    async close() {
+      await server.stop();
+      await providers.stop();
+      cleanup(dir);
+    },
+  };
+}
+
+/**
+ * A child Node.js process running `script` with `env` (a crash test's agent):
+ * `line(pred)` resolves with the first stdout line (parsed as JSON) that
+ * `pred` accepts; `kill()` sends SIGKILL; `exited` resolves with its exit.
+ */
+export function child(script, env) {
+  const proc = spawn(process.execPath, [script], { stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, ...env } });
+  const lines = [];
+  const waiters = [];
+  let err = "";
+  let buf = "";
+  proc.stdout.on("data", (d) => {
+    buf += d;
+    let i;
+    while ((i = buf.indexOf("\n")) >= 0) {
+      const text = buf.slice(0, i);
+      buf = buf.slice(i + 1);
+      let doc;
+      try {
+        doc = JSON.parse(text);
+      } catch {
+        doc = { text };
+      }
+      lines.push(doc);
+      for (const w of [...waiters]) if (w.pred(doc)) w.resolve(doc), waiters.splice(waiters.indexOf(w), 1);
+    }
+  });
+  proc.stderr.on("data", (d) => (err = (err + d).slice(-8000)));
+  const exited = new Promise((resolve) => proc.once("exit", (code, signal) => resolve({ code, signal, stderr: err, lines })));
+  return {
+    proc,
+    lines,
+    exited,
+    stderr: () => err,
+    line(pred, timeoutMs = 30000) {
+      const found = lines.find(pred);
+      if (found) return Promise.resolve(found);
+      return new Promise((resolve, reject) => {
+        const timer = setTimeout(() => reject(new Error(`child ${script}: no such line within ${timeoutMs} ms; stderr: ${err}`)), timeoutMs);
+        const w = { pred, resolve: (d) => (clearTimeout(timer), resolve(d)) };
+        waiters.push(w);
+        exited.then((x) => {
+          if (waiters.includes(w)) {
+            clearTimeout(timer);
+            reject(new Error(`child ${script} exited (${x.code ?? x.signal}) before the line; stderr: ${err}`));
+          }
+        });
+      });
+    },
+    async kill() {
+      if (proc.exitCode === null && proc.signalCode === null) proc.kill("SIGKILL");
+      return exited;
+    },
+  };
+}

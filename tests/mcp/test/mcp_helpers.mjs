@@ -3,14 +3,13 @@
 // `idem mcp` over stdio, and the official SDK client on either transport.
 
 import { spawn } from "node:child_process";
-import { readFileSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
 
 export * from "../../../clients/typescript/test/helpers.mjs";
-import { IDEM_BIN, SOURCE_DIR, toolsFile, readLedger } from "../../../clients/typescript/test/helpers.mjs";
+import { IDEM_BIN, SOURCE_DIR, approvalToolsFile, readLedger } from "../../../clients/typescript/test/helpers.mjs";
 
 export const TRIP_SPEC = path.join(SOURCE_DIR, "examples/travel_booking/trip.json");
 
@@ -20,16 +19,7 @@ export const TRIP_SPEC = path.join(SOURCE_DIR, "examples/travel_booking/trip.jso
  * approval).
  */
 export function mcpToolsFile(dir, providersPort) {
-  const file = toolsFile(dir, providersPort, { open: true });
-  const doc = JSON.parse(readFileSync(file, "utf8"));
-  for (const t of doc.tools) {
-    if (t.name === "payments.charge") {
-      t.two_phase = true;
-      t.approval = "human";
-    }
-  }
-  writeFileSync(file, JSON.stringify(doc, null, 2));
-  return file;
+  return approvalToolsFile(dir, providersPort);
 }
 
 /** The SDK client connected to `/mcp` of `server` with a bearer token. */
