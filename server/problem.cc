@@ -8,13 +8,12 @@
 
 namespace idem::server {
 
-void Problem(HttpResponse& res, int status, const std::string& type, const std::string& title,
-             const std::string& detail) {
-  Problem(res, status, type, title, detail, Json::object());
-}
+namespace {
 
-void Problem(HttpResponse& res, int status, const std::string& type, const std::string& title,
-             const std::string& detail, const Json& extensions) {
+// The document: `extensions` (an object, or nothing) with type, title,
+// status and detail over them.
+void WriteProblem(HttpResponse& res, int status, const std::string& type, const std::string& title,
+                  const std::string& detail, const Json& extensions) {
   Json p = extensions.is_object() ? extensions : Json::object();
   p["type"] = "urn:idem:problem:" + type;
   p["title"] = title;
@@ -22,6 +21,18 @@ void Problem(HttpResponse& res, int status, const std::string& type, const std::
   p["detail"] = PrintableText(detail);
   res.status = status;
   res.SetContent(p.dump(), kProblemJson);
+}
+
+}  // namespace
+
+void Problem(HttpResponse& res, int status, const std::string& type, const std::string& title,
+             const std::string& detail) {
+  WriteProblem(res, status, type, title, detail, Json::object());
+}
+
+void Problem(HttpResponse& res, int status, const std::string& type, const std::string& title,
+             const std::string& detail, const Json& extensions) {
+  WriteProblem(res, status, type, title, detail, extensions);
 }
 
 void SendJson(HttpResponse& res, int status, const Json& body) {
